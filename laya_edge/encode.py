@@ -1,0 +1,194 @@
+"""Requests to model inputs: the exact Laya sequence layout, budgets and numpy collation.
+
+One row per (state, question):
+
+    [CLS] <type> question: <instructions> [SEP] [MASK] opt0 [MASK] opt1 ... [SEP] state [SEP]
+
+Question heads are tokenised once per call and shared by every state; all states of a call are
+tokenised in one batch call. Nothing here mutates the tokenizer, so encoding is thread-safe.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from .bundle import MIN_MARKERS
+from .questions import OPTION_TOKENS, Question, render_options
+from .tokenizer import SpecialToken, load_tokenizer, special_tokens
+
+INSTRUCTION_FLOOR = 8
+OPTION_BUDGET_FLOOR = 16
+OPTION_TOKEN_FLOOR = 4
+# Applied after decoding by the oracle's tokenizer stack when a non-BPE tokenizer asks for it.
+CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+            (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
+
+class Head(NamedTuple):
+    """A question's half of every row: token ids, marker positions and option statistics."""
+
+    ids: List[int]
+    markers: List[int]
+    options: int
+    options_distinct: int
+    tokens_per_option: Optional[int]
+
+
+class Row(NamedTuple):
+    ids: List[int]
+    markers: List[int]
+    qtype: int
+    state_tokens: int
+    state_tokens_dropped: int
+
+
+def serialise_state(state: Any) -> str:
+    """A state as the model reads it: strings verbatim, anything else as Python's JSON."""
+    if isinstance(state, str):
+        return state
+    return json.dumps(state, ensure_ascii=False)
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """Tokenisation and sequence building for one checkpoint's tokenizer."""
+
+    tokenizer: Any
+    cls: SpecialToken
+    sep: SpecialToken
+    pad: SpecialToken
+    mask: SpecialToken
+    keep_tail_of_options: bool
+    clean_up_decoded: bool
+
+    @classmethod
+    def from_directory(cls, directory: Any) -> "Encoder":
+        directory = Path(directory)
+        tokenizer = load_tokenizer(directory)
+        specials = special_tokens(directory, tokenizer)
+        config = _read_json(directory / "tokenizer_config.json")
+        stored = _read_json(directory / "tokenizer.json")
+        side = config.get("truncation_side") or (stored.get("truncation") or {}).get("direction")
+        is_bpe = (stored.get("model") or {}).get("type") == "BPE"
+        return cls(tokenizer, specials["cls"], specials["sep"], specials["pad"], specials["mask"],
+                   keep_tail_of_options=str(side).lower() == "left",
+                   clean_up_decoded=config.get("clean_up_tokenization_spaces") is True
+                   and not is_bpe)
+
+    def scrub(self, text: str) -> str:
+        """Mask-injection defence: the mask token's text never reaches the model as a token."""
+        return text.replace(self.mask.text, " ")
+
+    def encode(self, text: str) -> List[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_many(self, texts: Sequence[str]) -> List[List[int]]:
+        if len(texts) == 1:
+            return [self.encode(texts[0])]
+        return [encoding.ids for encoding in
+                self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        if self.clean_up_decoded:
+            for before, after in CLEAN_UP:
+                text = text.replace(before, after)
+        return text
+
+    def state_ids(self, states: Sequence[Any]) -> List[List[int]]:
+        """Every state of a call tokenised in one batch call (the states are the long texts)."""
+        return self.encode_many([self.scrub(serialise_state(state)) for state in states])
+
+    def head(self, question: Question, head_max_len: int) -> Head:
+        """The question half of a row, with options cut to fit `head_max_len`."""
+        texts = render_options(question)
+        order = question.option_order or range(len(texts))
+        encoded = self.encode_many(
+            [f"{question.qtype} question: {self.scrub(question.instructions)}"]
+            + [" " + self.scrub(texts[i]) for i in order])
+        instruction = encoded[0]
+        options = [[self.mask.id] + (ids[-OPTION_TOKENS:] if self.keep_tail_of_options
+                                     else ids[:OPTION_TOKENS]) for ids in encoded[1:]]
+        budget = head_max_len - sum(len(option) for option in options)
+        per_option = None
+        if budget < OPTION_BUDGET_FLOOR:
+            per_option = max(OPTION_TOKEN_FLOOR,
+                             (head_max_len - OPTION_BUDGET_FLOOR) // max(1, len(options)))
+            options = [option[:per_option] for option in options]
+            budget = head_max_len - sum(len(option) for option in options)
+        ids = [self.cls.id] + instruction[:max(INSTRUCTION_FLOOR, budget)] + [self.sep.id]
+        markers = []
+        for option in options:
+            markers.append(len(ids))
+            ids.extend(option)
+        ids.append(self.sep.id)
+        return Head(ids, markers, len(options), len({tuple(option) for option in options}),
+                    per_option)
+
+    def row(self, head: Head, qtype: int, state_ids: List[int], keep_tail: bool,
+            max_len: int) -> Row:
+        """One (state, question) row: the head, as much of the state as fits, the closing SEP."""
+        room = max(0, max_len - len(head.ids) - 1)
+        kept = state_ids[max(0, len(state_ids) - room):] if keep_tail else state_ids[:room]
+        ids = (head.ids + kept + [self.sep.id])[:max_len]
+        markers = [m for m in head.markers if m < max_len]
+        return Row(ids, markers, qtype, len(state_ids), len(state_ids) - len(kept))
+
+
+def state_room(head: Head, max_len: int) -> int:
+    """How many state tokens a question leaves inside `max_len` (the closing SEP counted)."""
+    return max(0, max_len - len(head.ids) - 1)
+
+
+def collate(rows: Sequence[Row], pad_id: int) -> Dict[str, np.ndarray]:
+    """The graph's five inputs; the marker axis is at least 2 wide (the graph takes a top-2)."""
+    n = len(rows)
+    longest = max(len(row.ids) for row in rows)
+    width = max(MIN_MARKERS, max(len(row.markers) for row in rows))
+    input_ids = np.full((n, longest), pad_id, dtype=np.int64)
+    attention_mask = np.zeros((n, longest), dtype=np.int64)
+    marker_pos = np.zeros((n, width), dtype=np.int64)
+    marker_mask = np.zeros((n, width), dtype=bool)
+    for r, row in enumerate(rows):
+        length, k = len(row.ids), len(row.markers)
+        input_ids[r, :length] = row.ids
+        attention_mask[r, :length] = 1
+        marker_pos[r, :k] = row.markers
+        marker_mask[r, :k] = True
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "marker_pos": marker_pos,
+            "marker_mask": marker_mask,
+            "qtype": np.fromiter((row.qtype for row in rows), dtype=np.int64, count=n)}
+
+
+def marker_overflow(qid: Any, row: Row, head: Head, max_len: int, head_max_len: int) -> str:
+    return (f"question {qid!r}: only {len(row.markers)} of its {head.options} option markers fit "
+            f"in max_len={max_len} with head_max_len={head_max_len} spent on the question; lower "
+            "head_max_len, raise max_len, or use fewer options")
+
+
+def encode_rows(encoder: Encoder, states: Sequence[Any], questions: Dict[Any, Question],
+                heads: Dict[Any, Head], max_len: int, head_max_len: int) -> List[List[Row]]:
+    """Each state's rows, in question order, for heads computed once per call."""
+    per_state = []
+    for state, ids in zip(states, encoder.state_ids(states)):
+        keep_tail = isinstance(state, list)  # a conversation keeps its newest turns
+        rows = []
+        for qid, question in questions.items():
+            head = heads[qid]
+            row = encoder.row(head, question.qtype_id, ids, keep_tail, max_len)
+            if len(row.markers) != head.options:
+                raise ValueError(marker_overflow(qid, row, head, max_len, head_max_len))
+            rows.append(row)
+        per_state.append(rows)
+    return per_state

@@ -1,0 +1,120 @@
+"""Where a runtime's files come from: a bundle directory, a checkpoint plus a graph, or the hub.
+
+Integrity is checked here, before any file is parsed: the manifest's SHA-256 of every file the
+runtime will read, and the caller's `expected_sha256` pins.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .bundle import (CONFIG, GRAPH, MANIFEST, TOKENIZER_DIR, check_files, inside,
+                     read_manifest, sha256_file)
+
+HUB_FILES = (CONFIG, f"{TOKENIZER_DIR}/*", MANIFEST, "laya*.onnx", "laya*.onnx.data")
+
+
+@dataclass
+class Source:
+    """A resolved model: its directory, the graph to run, and the manifest when it is a bundle."""
+
+    directory: Path
+    graph: Path
+    manifest: Optional[Dict[str, Any]]
+    revision: Optional[str]
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith(("/", "./", "../")) or os.path.isabs(name)
+
+
+def _download(repo: str, subfolder: Optional[str], revision: Optional[str],
+              token: Optional[str]) -> Path:
+    from huggingface_hub import snapshot_download
+
+    prefix = f"{subfolder}/" if subfolder else ""
+    return Path(snapshot_download(repo, revision=revision,
+                                  token=token or os.environ.get("HF_TOKEN") or None,
+                                  allow_patterns=[prefix + name for name in HUB_FILES]))
+
+
+def _graph_path(directory: Path, onnx_path: Optional[str],
+                manifest: Optional[Dict[str, Any]]) -> Path:
+    if onnx_path is None:
+        if manifest is not None:
+            return inside(directory, manifest["variants"]["fp32"]["files"][0])
+        onnx_path = GRAPH
+    candidate = Path(onnx_path)
+    if not candidate.is_absolute() and (directory / candidate).is_file():
+        candidate = directory / candidate
+    if not candidate.is_file():
+        raise FileNotFoundError(f"ONNX model not found at {str(onnx_path)!r}. Please run python "
+                                "-m laya_edge.export first.")
+    return candidate
+
+
+def _graph_files(directory: Path, graph: Path) -> List[str]:
+    """The graph and its external-data sidecar, relative to the bundle, when they live in it."""
+    try:
+        relative = graph.resolve().relative_to(directory.resolve()).as_posix()
+    except ValueError:
+        return []
+    sidecar = graph.with_name(graph.name + ".data")
+    return [relative] + ([relative + ".data"] if sidecar.is_file() else [])
+
+
+def verify_expected(directory: Path, expected: Optional[Dict[str, str]], graph: Path) -> None:
+    """The caller's pins `{relative path: sha256}`; the keys `onnx`/`onnx_path` name the graph."""
+    if expected is None:
+        return
+    if not isinstance(expected, dict):
+        raise ValueError("expected_sha256 must be a mapping of artifact paths to digests")
+    for relative, wanted in expected.items():
+        if relative in ("onnx", "onnx_path"):
+            path = graph
+        else:
+            try:
+                path = inside(directory, str(relative))
+            except ValueError:
+                raise ValueError(f"laya: unsafe path in expected digests: {relative!r}") from None
+        if not path.is_file():
+            raise FileNotFoundError(f"laya: cannot verify {relative!r}: no such file under "
+                                    f"{directory}")
+        actual = sha256_file(path)
+        if actual != str(wanted).strip().lower():
+            raise ValueError(f"laya: SHA-256 mismatch for {relative}: expected {wanted}, got "
+                             f"{actual}. The artifact does not match the reviewed digest; "
+                             "refusing to load it.")
+
+
+def resolve(model_id_or_path: str, onnx_path: Optional[str] = None,
+            subfolder: Optional[str] = None, revision: Optional[str] = None,
+            token: Optional[str] = None,
+            expected_sha256: Optional[Dict[str, str]] = None) -> Source:
+    """Locate the model and check its integrity; nothing has been parsed when this returns."""
+    name = os.fspath(model_id_or_path)
+    resolved_revision = None
+    if os.path.exists(name):
+        directory = Path(name)
+    elif _looks_local(name):
+        raise FileNotFoundError(f"Local model path not found: {name!r}.")
+    else:
+        directory = _download(name, subfolder, revision, token)
+        resolved_revision = directory.name
+    if subfolder:
+        directory = directory / subfolder
+        if not directory.is_dir():
+            raise FileNotFoundError(f"Subfolder {subfolder!r} not found in {name!r}.")
+    manifest = read_manifest(directory)
+    if not (directory / CONFIG).is_file():
+        raise FileNotFoundError(f"Incompatible model: {name!r} does not contain '{CONFIG}'.")
+    graph = _graph_path(directory, onnx_path, manifest)
+    verify_expected(directory, expected_sha256, graph)
+    if manifest is not None:
+        listed = manifest.get("files") or {}
+        tokenizer_files = [path for path in listed if path.startswith(f"{TOKENIZER_DIR}/")]
+        check_files(directory, manifest, [CONFIG, *tokenizer_files,
+                                          *_graph_files(directory, graph)])
+    return Source(directory, graph, manifest, resolved_revision)

@@ -1,0 +1,69 @@
+"""Loading a checkpoint's tokenizer with the `tokenizers` library alone, and its special tokens.
+
+No transformers: the fast-tokenizer file `tokenizer.json` is the whole tokenizer, and the role of
+each special token (cls, sep, pad, mask) is read from the JSON configs next to it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, NamedTuple
+
+ROLES = ("cls", "sep", "pad", "mask")
+
+
+class SpecialToken(NamedTuple):
+    text: str
+    id: int
+
+
+def load_tokenizer(directory: Any) -> Any:
+    """`tokenizer.json` as a `tokenizers.Tokenizer`, with stored truncation and padding off.
+
+    Some checkpoints ship a tokenizer that pads or truncates every encode (MiniLM's pads to
+    128); Laya builds its own sequences, so both are switched off once here and the tokenizer
+    is never mutated afterwards, which keeps concurrent encodes safe.
+    """
+    from tokenizers import Tokenizer
+
+    path = Path(directory) / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"tokenizer file not found: {str(path)!r}. laya_edge reads the fast-tokenizer file "
+            "tokenizer.json; re-save the tokenizer with a fast tokenizer's save_pretrained().")
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _token_text(entry: Any) -> Any:
+    return entry.get("content") if isinstance(entry, dict) else entry
+
+
+def special_tokens(directory: Any, tokenizer: Any) -> Dict[str, SpecialToken]:
+    """The cls/sep/pad/mask tokens: text from the tokenizer configs, id from the vocabulary."""
+    directory = Path(directory)
+    sources = (_read_json(directory / "tokenizer_config.json"),
+               _read_json(directory / "special_tokens_map.json"))
+    found = {}
+    for role in ROLES:
+        key = f"{role}_token"
+        text = next((_token_text(source[key]) for source in sources
+                     if _token_text(source.get(key)) is not None), None)
+        if not isinstance(text, str):
+            raise ValueError(f"tokenizer in {str(directory)!r} names no {key} in "
+                             "tokenizer_config.json or special_tokens_map.json")
+        token_id = tokenizer.token_to_id(text)
+        if token_id is None:
+            raise ValueError(f"tokenizer in {str(directory)!r}: {key} {text!r} is not in "
+                             "the vocabulary")
+        found[role] = SpecialToken(text, token_id)
+    return found

@@ -1,4 +1,10 @@
-"""Shared fixtures: a clean process-wide hook registry around every test."""
+"""Shared fixtures: a clean process-wide hook registry around every test, and the small
+generated checkpoints and their exported bundles (session-scoped, shared by every module)."""
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from laya_edge import hooks as edge_hooks
@@ -24,3 +30,49 @@ def impl(request):
     upstream_hooks.clear_default_hooks()
     yield upstream_hooks
     upstream_hooks.clear_default_hooks()
+
+
+# --------------------------------------------------------------------------------------------
+# Export fixtures (issue 3): small generated checkpoints and the bundles exported from them.
+# Session-scoped: generating the three checkpoints takes seconds, exporting them (dynamo) about
+# half a minute each, and every export/runtime test module reuses the same ones.
+# --------------------------------------------------------------------------------------------
+
+MAKE_CHECKPOINT = Path(__file__).resolve().parents[1] / "scripts" / "make_checkpoint.py"
+
+
+def load_make_checkpoint():
+    """scripts/make_checkpoint.py as a module (it is a script, not part of the package)."""
+    loaded = sys.modules.get("make_checkpoint")
+    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == MAKE_CHECKPOINT:
+        return loaded
+    spec = importlib.util.spec_from_file_location("make_checkpoint", MAKE_CHECKPOINT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module      # dataclasses resolve annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    """`{kind: Path}` of the small test checkpoints (modernbert-tiny, unigram-tiny, minilm),
+    written by scripts/make_checkpoint.py with the network off."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    make_checkpoint = load_make_checkpoint()
+    root = tmp_path_factory.mktemp("checkpoints")
+    return {kind: Path(make_checkpoint.make_checkpoint(kind, root / kind, seed=0))
+            for kind in make_checkpoint.SMALL_KINDS}
+
+
+@pytest.fixture(scope="session")
+def bundles(checkpoints, tmp_path_factory):
+    """`{kind: Path}` of bundles exported from `checkpoints` with the default exporter."""
+    from laya_edge.export import ExportOptions, Progress, export_bundle
+
+    root = tmp_path_factory.mktemp("bundles")
+    exported = {}
+    for kind, directory in checkpoints.items():
+        export_bundle(ExportOptions(source=str(directory), out=root / kind), Progress(quiet=True))
+        exported[kind] = root / kind
+    return exported

@@ -1,0 +1,240 @@
+"""The export pipeline: checkpoint -> verified, self-contained bundle directory.
+
+Stages run in order (download, build, export, optimise, verify, write), each logged with its
+duration. Everything is built in a temporary directory beside the output and renamed into place
+at the end, so a failed or interrupted export never leaves a half-written bundle.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional
+
+from .. import __version__
+from ..bundle import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER_DIR,
+                      TOKENIZER_FILES, digests, files_under, write_manifest)
+from ..tokenizer import load_tokenizer, special_tokens
+from . import checkpoint as ckpt
+from .graph import DEFAULT_OPSET, describe, export_graph
+from .probes import probe_cases
+from .verify import require_pass, run_reference, verify_graph
+
+DEFAULT_SHAPES = {"batch": {"min": 1, "opt": 8, "max": 64},
+                  "markers": {"min": 2, "opt": 4, "max": 64}}
+
+
+@dataclass
+class ExportOptions:
+    """What to export and how; the CLI fills it from arguments and an optional recipe."""
+
+    source: str
+    out: Path
+    subfolder: Optional[str] = None
+    revision: Optional[str] = None
+    token: Optional[str] = None
+    force: bool = False
+    skip_verify: bool = False
+    exporter: str = "auto"
+    opset: int = DEFAULT_OPSET
+    external_data: Optional[bool] = None
+    shape_ranges: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    probe_seed: int = 0
+    recipe: Optional[str] = None
+
+
+class Progress:
+    """Stage timings, logged to stderr unless quiet."""
+
+    def __init__(self, quiet: bool = False, stream: Any = None):
+        self.quiet = quiet
+        self.stream = stream or sys.stderr
+        self.durations: Dict[str, float] = {}
+
+    @property
+    def chatter(self) -> Any:
+        """Where third-party progress printed to stdout goes: stdout is kept for --json."""
+        return io.StringIO() if self.quiet else self.stream
+
+    def log(self, message: str) -> None:
+        if not self.quiet:
+            print(f"[laya_edge.export] {message}", file=self.stream, flush=True)
+
+    @contextmanager
+    def muted(self) -> Iterator[None]:
+        """Under quiet, silence third-party chatter on stderr too.
+
+        torch.onnx, onnxscript and transformers report through `logging` (torch with its own
+        handler bound to the real stderr) and `warnings`; a quiet build must print nothing on
+        success. Log records up to WARNING are dropped and stderr is swallowed for the duration;
+        errors still surface as the exception the caller reports.
+        """
+        if not self.quiet:
+            yield
+            return
+        previous = logging.root.manager.disable
+        logging.disable(max(previous, logging.WARNING))
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                yield
+        finally:
+            logging.disable(previous)
+
+    @contextmanager
+    def stage(self, name: str, what: str) -> Iterator[None]:
+        self.log(f"{name}: {what} ...")
+        started = time.perf_counter()
+        yield
+        self.durations[name] = round(time.perf_counter() - started, 3)
+        self.log(f"{name}: done in {self.durations[name]:.2f}s")
+
+
+def _versions() -> Dict[str, Optional[str]]:
+    found: Dict[str, Optional[str]] = {"laya_edge": __version__}
+    for package in ("torch", "onnx", "onnxscript", "onnxruntime", "laya", "transformers",
+                    "tokenizers"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def _prepare_output(out: Path, force: bool) -> Path:
+    """Refuse to clobber a bundle by accident; return the temporary build directory."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {str(out)!r} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"--out {str(out)!r} is not empty; pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+
+
+def _publish(build: Path, out: Path) -> None:
+    """Move the finished bundle into place; the old one goes only once the new one is there."""
+    retired = None
+    if out.exists():
+        retired = out.with_name(f".{out.name}.{time.time_ns()}.old")
+        out.rename(retired)
+    build.chmod(0o755)  # mkdtemp's 0700 would hide the bundle from a service user
+    build.rename(out)
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def _copy_runtime_files(checkpoint: ckpt.Checkpoint, build: Path) -> None:
+    shutil.copy2(checkpoint.directory / CONFIG, build / CONFIG)
+    (build / TOKENIZER_DIR).mkdir()
+    for name in TOKENIZER_FILES:
+        source = checkpoint.directory / TOKENIZER_DIR / name
+        if source.is_file():
+            shutil.copy2(source, build / TOKENIZER_DIR / name)
+
+
+def _shape_ranges(options: ExportOptions, reference: Any) -> Dict[str, Dict[str, int]]:
+    config = reference.agent.cfg
+    positions = getattr(reference.model.encoder.config, "max_position_embeddings", None)
+    longest = int(config.get("max_len", 512))
+    if positions:
+        longest = min(longest, int(positions))
+    ranges = {"batch": dict(DEFAULT_SHAPES["batch"]),
+              "sequence": {"min": 4, "opt": min(256, longest), "max": longest},
+              "markers": dict(DEFAULT_SHAPES["markers"])}
+    for axis, values in options.shape_ranges.items():
+        ranges.setdefault(axis, {}).update(values)
+    return ranges
+
+
+def export_bundle(options: ExportOptions, progress: Optional[Progress] = None) -> Dict[str, Any]:
+    """Export `options.source` to `options.out` and return the run's summary."""
+    progress = progress or Progress()
+    out = Path(options.out)
+    build = _prepare_output(out, options.force)
+    try:
+        with progress.muted():
+            manifest = _build(options, build, progress)
+            with progress.stage("write", f"publishing {out}"):
+                write_manifest(build, manifest)
+                _publish(build, out)
+    except BaseException:
+        shutil.rmtree(build, ignore_errors=True)
+        raise
+    return {"out": str(out), "format_version": FORMAT_VERSION,
+            "exporter": manifest["graph"]["exporter"],
+            "verification": manifest["variants"]["fp32"]["verification"],
+            "bytes": sum(entry["bytes"] for entry in manifest["files"].values()),
+            "stages": progress.durations}
+
+
+def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str, Any]:
+    with progress.stage("download", f"locating {options.source}"):
+        checkpoint = ckpt.check(ckpt.locate(options.source, options.subfolder, options.revision,
+                                            options.token), options.source)
+        source_files = digests(checkpoint.directory, checkpoint.files())
+        _copy_runtime_files(checkpoint, build)
+    with progress.stage("build", "building the PyTorch reference with upstream laya"):
+        from .reference import Reference
+
+        reference = Reference(checkpoint.directory)
+        cases = probe_cases(int(checkpoint.config.get("max_len", 512)), options.probe_seed)
+        runs = run_reference(reference, cases)
+    graph_path = build / GRAPH
+    with progress.stage("export", f"torch.onnx.export ({options.exporter})"), \
+            contextlib.redirect_stdout(progress.chatter):
+        graph_info = export_graph(reference.model, runs[0].batch, graph_path,
+                                  exporter=options.exporter, opset=options.opset,
+                                  external_data=options.external_data, log=progress.log)
+    with progress.stage("optimise", "checking the graph"):
+        import onnx
+
+        onnx.checker.check_model(str(graph_path))
+        graph_info.update(describe(graph_path))
+        optimisations = (["onnxscript.optimizer (dynamo exporter: constant folding, "
+                          "dead-code elimination)"] if graph_info["exporter"] == "dynamo"
+                         else ["constant folding (TorchScript exporter)"])
+    if options.skip_verify:
+        progress.log("verify: skipped (--skip-verify)")
+        report: Dict[str, Any] = {"skipped": True, "passed": None}
+    else:
+        with progress.stage("verify", f"{sum(len(r.rows) for r in runs)} probe rows, torch vs "
+                                      "onnxruntime"):
+            report = verify_graph(graph_path, runs, reference)
+            require_pass(report, graph_path)
+            report["skipped"] = False
+    tokenizer_dir = build / TOKENIZER_DIR
+    specials = special_tokens(tokenizer_dir, load_tokenizer(tokenizer_dir))
+    graph_files = [GRAPH] + ([GRAPH + ".data"] if (build / (GRAPH + ".data")).exists() else [])
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "source": dict(checkpoint.source, files=source_files,
+                       recipe=options.recipe),
+        "special_tokens": {role: {"text": token.text, "id": token.id}
+                           for role, token in specials.items()},
+        "mask_token": specials["mask"].text,
+        "graph": dict(graph_info, shape_ranges=_shape_ranges(options, reference)),
+        "versions": _versions(),
+        "variants": {"fp32": {"precision": "fp32", "files": graph_files,
+                              "optimisations": optimisations, "verification": report}},
+        "files": digests(build, [name for name in files_under(build) if name != MANIFEST]),
+    }
+
+
+def read_recipe(path: Any) -> Dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        recipe = json.load(handle)
+    if not isinstance(recipe, dict) or "repo" not in recipe:
+        raise ValueError(f"recipe {str(path)!r} must be a JSON object with at least 'repo'")
+    return recipe
+

@@ -1,0 +1,122 @@
+"""Verifying an exported graph against the PyTorch reference on the probe set.
+
+The report is what the manifest publishes: how far the graph's logits and probabilities moved
+and whether every decision (argmax) stayed the same. A graph that fails its thresholds is never
+written into a bundle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Sequence
+
+import numpy as np
+
+from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+from .probes import ProbeCase
+
+THRESHOLDS = {"fp32": {"argmax_agreement": 1.0, "max_abs_p": 1e-4}}
+
+
+@dataclass
+class ProbeRun:
+    """One probe case encoded and run through the reference once, reused for every variant."""
+
+    case: ProbeCase
+    rows: List[Dict[str, Any]]
+    batch: Dict[str, np.ndarray]
+    logits: np.ndarray
+    act_logits: np.ndarray
+
+
+class VerificationError(RuntimeError):
+    def __init__(self, message: str, report: Dict[str, Any]):
+        super().__init__(message)
+        self.report = report
+
+
+def run_reference(reference: Any, cases: Sequence[ProbeCase]) -> List[ProbeRun]:
+    runs = []
+    for case in cases:
+        rows = reference.encode(case.states, case.questions)
+        batch = reference.collate(rows)
+        logits, act_logits = reference.forward(batch)
+        runs.append(ProbeRun(case, rows, batch, logits, act_logits))
+    return runs
+
+
+def _softmax(values: np.ndarray) -> np.ndarray:
+    shifted = np.exp(values - values.max())
+    return shifted / shifted.sum()
+
+
+def verify_graph(graph: Path, runs: Sequence[ProbeRun], reference: Any,
+                 precision: str = "fp32") -> Dict[str, Any]:
+    """Run the probe set through onnxruntime (CPU) and compare with the reference outputs."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    dp, dlogits, dact, dact_p, disagreements = [], [], [], [], []
+    worst = {"abs_p": -1.0}
+    rows_total = 0
+    for run in runs:
+        logits, act_logits = session.run(list(GRAPH_OUTPUTS),
+                                         {name: run.batch[name] for name in GRAPH_INPUTS})
+        dact.append(float(np.abs(act_logits - run.act_logits).max()))
+        for r, row in enumerate(run.rows):
+            rows_total += 1
+            k = len(row["markers"])
+            t = reference.temperature(row["qtype"], k)
+            p_ref = _softmax(run.logits[r, :k] / t)
+            p_new = _softmax(logits[r, :k].astype(np.float64) / t)
+            delta = np.abs(p_new - p_ref)
+            dp.extend(delta.tolist())
+            dlogits.append(float(np.abs(logits[r, :k] - run.logits[r, :k]).max()))
+            dact_p.append(abs(float(_softmax(act_logits[r].astype(np.float64))[0]
+                                    - _softmax(run.act_logits[r].astype(np.float64))[0])))
+            where = {"case": run.case.name, "row": r, "question": row["qid"],
+                     "type": row["qtype_name"], "options": k}
+            if float(delta.max()) > worst["abs_p"]:
+                worst = dict(where, abs_p=float(delta.max()))
+            if int(p_ref.argmax()) != int(p_new.argmax()):
+                disagreements.append(dict(where, reference=int(p_ref.argmax()),
+                                          graph=int(p_new.argmax()),
+                                          abs_p=float(delta.max())))
+    agreement = 1.0 - len(disagreements) / max(1, rows_total)
+    thresholds = THRESHOLDS[precision]
+    report = {
+        "precision": precision, "provider": "CPUExecutionProvider",
+        "cases": len(runs), "rows": rows_total,
+        "argmax_agreement": agreement,
+        "max_abs_p": max(dp), "p99_abs_p": float(np.percentile(dp, 99)),
+        "max_abs_logits": max(dlogits), "max_abs_act_logits": max(dact),
+        "max_abs_act_probability": max(dact_p),
+        "worst": worst, "disagreements": disagreements[:10],
+        "thresholds": thresholds,
+    }
+    report["passed"] = (agreement >= thresholds["argmax_agreement"]
+                        and report["max_abs_p"] <= thresholds["max_abs_p"])
+    return report
+
+
+def require_pass(report: Dict[str, Any], graph: Path) -> None:
+    """Raise a VerificationError that says what diverged, unless the report passed."""
+    if report["passed"]:
+        return
+    problems = []
+    limits = report["thresholds"]
+    if report["argmax_agreement"] < limits["argmax_agreement"]:
+        first = report["disagreements"][0]
+        problems.append(f"argmax agreement {report['argmax_agreement']:.4f} < "
+                        f"{limits['argmax_agreement']} (first: case {first['case']!r} question "
+                        f"{first['question']!r}: torch chose option {first['reference']}, the "
+                        f"graph option {first['graph']})")
+    if report["max_abs_p"] > limits["max_abs_p"]:
+        worst = report["worst"]
+        problems.append(f"max |dp| {report['max_abs_p']:.3g} > {limits['max_abs_p']} (case "
+                        f"{worst['case']!r} question {worst['question']!r}, {worst['options']} "
+                        "options)")
+    raise VerificationError(f"verification of {graph.name} ({report['precision']}) against the "
+                            f"PyTorch model failed: {'; '.join(problems)}", report)

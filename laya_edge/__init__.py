@@ -1,7 +1,8 @@
 """laya_edge: Laya decision models on edge devices, torch-free.
 
 Importing the package loads only the standard library; model machinery (numpy, onnxruntime,
-tokenizers, huggingface_hub) loads on first use of `ONNXAgent`, `Agent` or `load`.
+tokenizers, huggingface_hub) loads on first use of `ONNXAgent`, `Agent` or `load`; the
+Router and the language detector are pure Python.
 Code written for upstream laya runs with `import laya_edge as laya`.
 """
 from typing import Any
@@ -11,10 +12,18 @@ from .hooks import AsyncHook, BaseHook, Hook, PredictContext, PredictHook
 
 __version__ = "0.1.0"
 
-_LAZY = {"ONNXAgent": ".agent", "Agent": ".agent", "load": ".agent"}
+# name -> (module, attribute): resolved on first use.
+_LAZY = {
+    "ONNXAgent": (".onnx_agent", "ONNXAgent"), "Agent": (".onnx_agent", "Agent"),
+    "load": (".onnx_agent", "load"), "Router": (".router", "Router"),
+    "RouteDecision": (".router", "RouteDecision"), "DEFAULT_MODELS": (".router", "DEFAULT_MODELS"),
+    "detect_language": (".lang", "analyse"), "detect_script": (".lang", "detect_script"),
+    "is_english": (".lang", "is_english"),
+}
 
-__all__ = ["Agent", "AsyncHook", "BaseHook", "Hook", "ONNXAgent", "PredictContext", "PredictHook",
-           "hooks", "load", "__version__"]
+__all__ = ["Agent", "AsyncHook", "BaseHook", "DEFAULT_MODELS", "Hook", "ONNXAgent",
+           "PredictContext", "PredictHook", "RouteDecision", "Router", "detect_language",
+           "detect_script", "hooks", "is_english", "load", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -22,7 +31,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         from importlib import import_module
 
-        value = getattr(import_module(_LAZY[name], __name__), name)
+        module, attribute = _LAZY[name]
+        value = getattr(import_module(module, __name__), attribute)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -104,3 +104,13 @@ def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Ite
             raise ValueError(f"bundle {str(directory)!r}: SHA-256 mismatch for {relative!r} "
                              f"(manifest {entry['sha256']}, file {actual}); the file changed "
                              "after export, refusing to load it")
+
+
+def default_bundle_dir(name: str) -> Path:
+    """Where the bundle of a published checkpoint lives on this machine.
+
+    `$LAYA_EDGE_MODELS/<name>`, else `~/.cache/laya_edge/bundles/<name>`: the export command
+    writes there by default for a recipe, and the Router reads built-in names from there.
+    """
+    root = os.environ.get("LAYA_EDGE_MODELS") or os.path.join("~", ".cache", "laya_edge", "bundles")
+    return Path(os.path.expanduser(root)) / name

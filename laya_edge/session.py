@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -18,7 +18,25 @@ CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 
 
-def create_session(graph: Path, intra_op_threads: Optional[int] = None) -> Any:
+def providers_for(device: Optional[str], available: List[str]) -> List[Any]:
+    """Execution providers for `device`: None/"auto" (CUDA when present), "cpu", "cuda[:N]"."""
+    name = "auto" if device is None else str(device).strip().lower()
+    if name == "cpu":
+        return [CPU]
+    if name == "auto":
+        return [CUDA, CPU] if CUDA in available else [CPU]
+    kind, _, index = name.partition(":")
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ValueError(f"device must be None, 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if CUDA not in available:
+        warnings.warn(f"laya_edge: device={device!r} asked for CUDA but this onnxruntime has no "
+                      "CUDAExecutionProvider; running on the CPU", RuntimeWarning, stacklevel=4)
+        return [CPU]
+    return [(CUDA, {"device_id": int(index or 0)}), CPU]
+
+
+def create_session(graph: Path, device: Optional[str] = None,
+                   intra_op_threads: Optional[int] = None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -26,7 +44,7 @@ def create_session(graph: Path, intra_op_threads: Optional[int] = None) -> Any:
     options.log_severity_level = 3
     if intra_op_threads is not None:
         options.intra_op_num_threads = int(intra_op_threads)
-    providers = [CUDA, CPU] if CUDA in ort.get_available_providers() else [CPU]
+    providers = providers_for(device, ort.get_available_providers())
     try:
         return ort.InferenceSession(str(graph), sess_options=options, providers=providers)
     except Exception:

@@ -39,7 +39,7 @@ class ONNXAgent(HookRegistry):
                  on_predict_end: PredictHookArg = None, hooks_raise: bool = True,
                  hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None,
                  lang_temperatures: Optional[Dict[str, Any]] = None,
-                 intra_op_threads: Optional[int] = None):
+                 device: Optional[str] = None, intra_op_threads: Optional[int] = None):
         """Load a bundle (or a checkpoint directory/hub repo plus `onnx_path`).
 
         Hook arguments are validated first, then every file is checked against the bundle
@@ -62,7 +62,7 @@ class ONNXAgent(HookRegistry):
         self.head_max_len = int(self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN))
         self.temperatures = Temperatures(self.cfg, model_id_or_path, lang_temperatures)
         self.encoder = Encoder.from_directory(self.directory / TOKENIZER_DIR)
-        self.session = create_session(self.graph_path, intra_op_threads)
+        self.session = create_session(self.graph_path, device, intra_op_threads)
 
     @property
     def lang_temperatures(self) -> Dict[str, Dict[str, Any]]:

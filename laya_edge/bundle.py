@@ -114,3 +114,14 @@ def default_bundle_dir(name: str) -> Path:
     """
     root = os.environ.get("LAYA_EDGE_MODELS") or os.path.join("~", ".cache", "laya_edge", "bundles")
     return Path(os.path.expanduser(root)) / name
+
+
+def builtin_bundle_dir(name: str) -> Path:
+    """The bundle directory of a published checkpoint, or FileNotFoundError saying how to make it."""
+    path = default_bundle_dir(name)
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"no bundle for the built-in checkpoint {name!r} at {str(path)!r}; export it with "
+            f"`python -m laya_edge.export --recipe export/{name}.json` (needs the export extra "
+            f"and hub access), or pass a bundle directory instead of {name!r}")
+    return path

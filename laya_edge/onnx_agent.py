@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import warnings
 from typing import Any, Dict, List, Optional
 
-from .bundle import CONFIG, TOKENIZER_DIR
+from .bundle import CONFIG, TOKENIZER_DIR, builtin_bundle_dir
 from .confidence import apply_gate, check_min_confidence
 from .decode import Temperatures, act_probabilities, decode_state, empty_payload
 from .encode import Encoder, collate, encode_rows, state_room
@@ -256,6 +257,28 @@ def _with_probe(on_predict_start: PredictHookArg, probe: StartProbe) -> List[Any
 Agent = ONNXAgent
 
 
-def load(model_id_or_path: str, **kwargs: Any) -> ONNXAgent:
-    """An `ONNXAgent` for a bundle directory or hub repo (upstream `laya.load` drop-in)."""
+TORCH_ONLY_OPTIONS = ("fast", "compile")
+
+
+def load(model_id_or_path: str = "english", backend: Optional[str] = None,
+         **kwargs: Any) -> ONNXAgent:
+    """An `ONNXAgent`: the drop-in for upstream's `laya.load`.
+
+    A checkpoint name or alias (`"english"`, `"ml"`, `"typed-decisions"`) means that published
+    checkpoint's exported bundle in `$LAYA_EDGE_MODELS/<name>`; anything else is a bundle
+    directory or hub repo. `backend` may be None, "auto" or "onnx": laya_edge has no torch
+    backends, and says so rather than silently running something else.
+    """
+    if backend not in (None, "auto", "onnx"):
+        raise ValueError(f"backend={backend!r} runs on torch; laya_edge only runs exported ONNX "
+                         "bundles (backend='onnx'). Use upstream laya for torch backends.")
+    refused = [name for name in TORCH_ONLY_OPTIONS if kwargs.pop(name, False)]
+    if refused:
+        raise ValueError(f"{', '.join(refused)}=True selects a torch backend; laya_edge only runs "
+                         "exported ONNX bundles")
+    if kwargs.get("subfolder") is None and not os.path.exists(model_id_or_path):
+        from .router import canonical_name, resolve_model_spec
+
+        if resolve_model_spec(model_id_or_path) is not None:
+            model_id_or_path = str(builtin_bundle_dir(canonical_name(model_id_or_path)))
     return ONNXAgent(model_id_or_path, **kwargs)

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Sequence as SequenceABC
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .bundle import default_bundle_dir
+from .bundle import builtin_bundle_dir
 from .confidence import apply_gate, check_min_confidence
 from .hooks import (HookArg, HookCall, HookRegistry, PredictContext, PredictHookArg,
                     aggregate_usage, defaults_suppressed, normalise_hooks)
@@ -402,13 +402,7 @@ class Router(HookRegistry):
                                  "register a path or repo")
             repo, subfolder = _split(source)
             if key in DEFAULT_MODELS and source == DEFAULT_MODELS[key]:
-                repo, subfolder = str(default_bundle_dir(key)), None
-                if not os.path.isdir(repo):
-                    raise FileNotFoundError(
-                        f"no bundle for the built-in checkpoint {key!r} at {repo!r}; export it "
-                        f"with `python -m laya_edge.export --recipe export/{key}.json` (needs the "
-                        "export extra and hub access), or point the Router at a bundle with "
-                        f"models={{{key!r}: '/path/to/bundle'}}")
+                repo, subfolder = str(builtin_bundle_dir(key)), None
             kwargs: Dict[str, Any] = {"device": self.device, "token": self.token,
                                       "subfolder": subfolder}
             pin = _pin(self.revisions.get(key)) or _pin(self.revision)
@@ -741,9 +735,11 @@ class Router(HookRegistry):
                 shown = (repr(language[:32]) + ("..." if len(language) > 32 else "")
                          if type(language) is str else "<not a string>")
                 which = "requested" if lang is not None else "detected"
+                # 6 = infer -> answer -> run_predict -> _answer -> predict_long -> the caller, so
+                # the warning (and the once-per-location filter) is keyed on the caller's line.
                 warnings.warn(f"laya: Router.predict_long: {agent_type}.predict_long has no `lang` "
                               f"parameter, so the {which} language {shown} is not reaching it "
-                              "and the scan runs without it", RuntimeWarning, stacklevel=5)
+                              "and the scan runs without it", RuntimeWarning, stacklevel=6)
             return scan(ctx.states[0], ctx.questions, **options)
 
         return self._answer(state, questions, decision, call, None, infer,

@@ -29,7 +29,7 @@ def providers_for(device: Optional[str], available: List[str]) -> List[Any]:
     if kind != "cuda" or (index and not index.isdigit()):
         raise ValueError(f"device must be None, 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     if CUDA not in available:
-        warnings.warn(f"laya_edge: device={device!r} asked for CUDA but this onnxruntime has no "
+        warnings.warn(f"laya: device={device!r} asked for CUDA but this onnxruntime has no "
                       "CUDAExecutionProvider; running on the CPU", RuntimeWarning, stacklevel=4)
         return [CPU]
     return [(CUDA, {"device_id": int(index or 0)}), CPU]

@@ -5,13 +5,15 @@ runtime will read, and the caller's `expected_sha256` pins.
 """
 from __future__ import annotations
 
+import json
+import ntpath
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .bundle import (CONFIG, GRAPH, MANIFEST, TOKENIZER_DIR, check_files, inside,
-                     read_manifest, sha256_file)
+from .bundle import (CONFIG, GRAPH, MANIFEST, TOKENIZER_DIR, TOKENIZER_FILES, check_files,
+                     inside, read_manifest, sha256_file)
 
 HUB_FILES = (CONFIG, f"{TOKENIZER_DIR}/*", MANIFEST, "laya*.onnx", "laya*.onnx.data")
 
@@ -44,7 +46,12 @@ def _graph_path(directory: Path, onnx_path: Optional[str],
                 manifest: Optional[Dict[str, Any]]) -> Path:
     if onnx_path is None:
         if manifest is not None:
-            return inside(directory, manifest["variants"]["fp32"]["files"][0])
+            relative = manifest["variants"]["fp32"]["files"][0]
+            graph = inside(directory, relative)
+            if not graph.is_file():
+                raise FileNotFoundError(f"ONNX model not found at {relative!r}. Please run "
+                                        "python -m laya_edge.export first.")
+            return graph
         onnx_path = GRAPH
     candidate = Path(onnx_path)
     if not candidate.is_absolute() and (directory / candidate).is_file():
@@ -65,8 +72,27 @@ def _graph_files(directory: Path, graph: Path) -> List[str]:
     return [relative] + ([relative + ".data"] if sidecar.is_file() else [])
 
 
+def _digests_from_environment() -> Optional[Dict[str, str]]:
+    raw = os.environ.get("LAYA_SHA256_DIGESTS", "").strip()
+    if not raw:
+        return None
+    try:
+        pins = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError("LAYA_SHA256_DIGESTS must be a JSON object of artifact->sha256") from exc
+    if isinstance(pins, dict) and pins and all(isinstance(v, dict) for v in pins.values()):
+        return None
+    return pins
+
+
 def verify_expected(directory: Path, expected: Optional[Dict[str, str]], graph: Path) -> None:
-    """The caller's pins `{relative path: sha256}`; the keys `onnx`/`onnx_path` name the graph."""
+    """The caller's pins `{relative path: sha256}`; the keys `onnx`/`onnx_path` name the graph.
+
+    Without pins, a flat `LAYA_SHA256_DIGESTS` JSON object in the environment pins every load
+    (a nested per-checkpoint one is the Router's to apply).
+    """
+    if expected is None:
+        expected = _digests_from_environment()
     if expected is None:
         return
     if not isinstance(expected, dict):
@@ -75,8 +101,11 @@ def verify_expected(directory: Path, expected: Optional[Dict[str, str]], graph: 
         if relative in ("onnx", "onnx_path"):
             path = graph
         else:
+            name = str(relative).replace("\\", "/")
+            if name.startswith("/") or os.path.isabs(name) or ntpath.isabs(name):
+                raise ValueError(f"laya: unsafe absolute path in expected digests: {relative!r}")
             try:
-                path = inside(directory, str(relative))
+                path = inside(directory, name)
             except ValueError:
                 raise ValueError(f"laya: unsafe path in expected digests: {relative!r}") from None
         if not path.is_file():
@@ -114,7 +143,13 @@ def resolve(model_id_or_path: str, onnx_path: Optional[str] = None,
     verify_expected(directory, expected_sha256, graph)
     if manifest is not None:
         listed = manifest.get("files") or {}
-        tokenizer_files = [path for path in listed if path.startswith(f"{TOKENIZER_DIR}/")]
+        # Every tokenizer file the runtime reads, listed or not: a file it parses must be listed
+        # (tokenizer.json always; the two JSON configs when present), and every listed one must
+        # match.
+        read = [f"{TOKENIZER_DIR}/{name}" for name in TOKENIZER_FILES
+                if name == "tokenizer.json" or (directory / TOKENIZER_DIR / name).is_file()]
+        tokenizer_files = sorted({*read, *(path for path in listed
+                                            if path.startswith(f"{TOKENIZER_DIR}/"))})
         check_files(directory, manifest, [CONFIG, *tokenizer_files,
                                           *_graph_files(directory, graph)])
     return Source(directory, graph, manifest, resolved_revision)

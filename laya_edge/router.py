@@ -247,8 +247,9 @@ class Router(HookRegistry):
                  sha256_digests: Optional[Dict[str, Any]] = None):
         self._configure_hooks(hooks, on_predict_start, on_predict_end, hooks_raise,
                               hooks_concurrent, hooks_timeout)
-        self.models: Dict[str, Any] = dict(STANDALONE_MODELS if standalone_repos
-                                           else DEFAULT_MODELS)
+        # The published sources; a built-in still pointing at one is read from its local bundle.
+        self._builtin_sources = dict(STANDALONE_MODELS if standalone_repos else DEFAULT_MODELS)
+        self.models: Dict[str, Any] = dict(self._builtin_sources)
         self.descriptions: Dict[str, str] = {}
         for name, source in (models or {}).items():
             self._add(name, source)
@@ -401,7 +402,7 @@ class Router(HookRegistry):
                                  "as a built Agent and is no longer resident; attach it again, or "
                                  "register a path or repo")
             repo, subfolder = _split(source)
-            if key in DEFAULT_MODELS and source == DEFAULT_MODELS[key]:
+            if key in self._builtin_sources and source == self._builtin_sources[key]:
                 repo, subfolder = str(builtin_bundle_dir(key)), None
             kwargs: Dict[str, Any] = {"device": self.device, "token": self.token,
                                       "subfolder": subfolder}

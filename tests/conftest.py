@@ -1,6 +1,5 @@
 """Shared fixtures: a clean process-wide hook registry around every test, and the small
 generated checkpoints and their exported bundles (session-scoped, shared by every module)."""
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -8,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from laya_edge import hooks as edge_hooks
+from modules import load_file
 
 
 @pytest.fixture(autouse=True)
@@ -43,14 +43,7 @@ MAKE_CHECKPOINT = Path(__file__).resolve().parents[1] / "scripts" / "make_checkp
 
 def load_make_checkpoint():
     """scripts/make_checkpoint.py as a module (it is a script, not part of the package)."""
-    loaded = sys.modules.get("make_checkpoint")
-    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == MAKE_CHECKPOINT:
-        return loaded
-    spec = importlib.util.spec_from_file_location("make_checkpoint", MAKE_CHECKPOINT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module      # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_file(MAKE_CHECKPOINT)
 
 
 @pytest.fixture(scope="session")

@@ -7,13 +7,14 @@ examples/hooks/ are run against a real bundle too.
 """
 from __future__ import annotations
 
-import importlib.util
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+
+from modules import load_file
 
 from agent_support import assert_identical, edge_agent, outcome, upstream_onnx_agent
 
@@ -574,11 +575,7 @@ def test_predict_long_matches_upstream_under_hooks(built):
 # -- the documented examples run against a real bundle ----------------------------------------
 
 def load_example(name: str):
-    path = EXAMPLES / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(EXAMPLES / f"{name}.py", f"example_{name}", reuse=False)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import datetime
 import decimal
-import importlib.util
 import json
 import re
 import threading
@@ -20,6 +19,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from modules import load_file
 
 import laya_edge
 from laya_edge.hooks import (BaseHook, PredictContext, aggregate_usage, compose_hooks, dispatch,
@@ -76,11 +77,8 @@ def _exec_block(page: str) -> SimpleNamespace:
 
 
 def _load_example(name: str):
-    path = ROOT / "examples" / "hooks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_hooks_example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(ROOT / "examples" / "hooks" / f"{name}.py", f"_hooks_example_{name}",
+                     reuse=False)
 
 
 def _cache_implementations() -> dict:

@@ -24,9 +24,9 @@ import unicodedata
 
 import pytest
 
-from laya_edge import lang
+import laya.lang as upstream
 
-upstream = pytest.importorskip("laya.lang")
+from laya_edge import lang
 
 # ============================================================================================
 # Corpus material

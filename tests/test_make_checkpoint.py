@@ -1,5 +1,4 @@
 """scripts/make_checkpoint.py writes checkpoints that upstream laya 0.4.15 loads offline."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,23 +12,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-laya = pytest.importorskip("laya")
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-safetensors = pytest.importorskip("safetensors")
+import laya  # noqa: E402 -- after the offline switches above
+import safetensors  # noqa: E402
+
+from modules import load_file  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_checkpoint.py"
 
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("make_checkpoint", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module      # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-mc = _load_script()
+mc = load_file(SCRIPT)
 
 QUESTIONS = {
     "dept": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech"]},

@@ -13,25 +13,19 @@ prints the same table).
 from __future__ import annotations
 
 import gettext
-import importlib.util
 import struct
 import sys
 from pathlib import Path
 
 import pytest
 
+from modules import load_file
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "detector_agreement.py"
 
 
 def load_script():
-    loaded = sys.modules.get("detector_agreement")
-    if loaded is not None and Path(getattr(loaded, "__file__", "")).resolve() == SCRIPT:
-        return loaded
-    spec = importlib.util.spec_from_file_location("detector_agreement", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file(SCRIPT)
 
 
 agreement = load_script()

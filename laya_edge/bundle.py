@@ -125,3 +125,15 @@ def builtin_bundle_dir(name: str) -> Path:
             f"`python -m laya_edge.export --recipe export/{name}.json` (needs the export extra "
             f"and hub access), or pass a bundle directory instead of {name!r}")
     return path
+
+
+def check_config(config: Mapping[str, Any], label: Any) -> None:
+    """Refuse a checkpoint config the ONNX graph cannot serve (shared by export and runtime)."""
+    layout = config.get("option_layout", "sequential")
+    if layout != "sequential":
+        raise ValueError(f"option_layout={layout!r} is not supported by the ONNX runtime; load "
+                         "this checkpoint with laya.Agent")
+    temperature = config.get("temperature", [1.0, 1.0, 1.0])
+    if not isinstance(temperature, (list, tuple)) or len(temperature) != 3:
+        raise ValueError(f"Incompatible model: {label!r} temperature must be a list of 3 floats, "
+                         f"got {temperature!r}")

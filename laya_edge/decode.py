@@ -59,12 +59,9 @@ def _replaced(entries: Sequence[Tuple[str, Any, float]]) -> List[str]:
 class Temperatures:
     """The checkpoint's temperatures, clamped, plus optional per-language overrides."""
 
-    def __init__(self, config: Dict[str, Any], label: Any,
+    def __init__(self, config: Dict[str, Any],
                  lang_temperatures: Optional[Dict[str, Any]] = None):
-        raw = config.get("temperature", [1.0, 1.0, 1.0])
-        if not isinstance(raw, (list, tuple)) or len(raw) != 3:
-            raise ValueError(f"Incompatible model: {label!r} temperature must be a list of 3 "
-                             f"floats, got {raw!r}")
+        raw = config.get("temperature", [1.0, 1.0, 1.0])  # a 3-list: bundle.check_config
         by_options_raw = config.get("temperature_by_options", {})
         self.temperature = [clamp_temperature(t) for t in raw]
         self.temperature_by_options = {key: clamp_temperature(value)

@@ -12,7 +12,7 @@ import os
 import warnings
 from typing import Any, Dict, List, Optional
 
-from .bundle import CONFIG, TOKENIZER_DIR, builtin_bundle_dir
+from .bundle import CONFIG, TOKENIZER_DIR, builtin_bundle_dir, check_config
 from .confidence import apply_gate, check_min_confidence
 from .decode import Temperatures, act_probabilities, decode_state, empty_payload
 from .encode import Encoder, collate, encode_rows, state_room
@@ -55,13 +55,10 @@ class ONNXAgent(HookRegistry):
         self.manifest, self.revision = source.manifest, source.revision
         with open(self.directory / CONFIG, encoding="utf-8") as handle:
             self.cfg = json.load(handle)
-        layout = self.cfg.get("option_layout", "sequential")
-        if layout != "sequential":
-            raise ValueError(f"option_layout={layout!r} is not supported by the ONNX runtime; "
-                             "load this checkpoint with laya.Agent")
+        check_config(self.cfg, model_id_or_path)
         self.max_len = int(self.cfg.get("max_len", DEFAULT_MAX_LEN))
         self.head_max_len = int(self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN))
-        self.temperatures = Temperatures(self.cfg, model_id_or_path, lang_temperatures)
+        self.temperatures = Temperatures(self.cfg, lang_temperatures)
         self.encoder = Encoder.from_directory(self.directory / TOKENIZER_DIR)
         self.session = create_session(self.graph_path, device, intra_op_threads)
 

@@ -10,7 +10,7 @@ import ntpath
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .bundle import (CONFIG, GRAPH, MANIFEST, TOKENIZER_DIR, TOKENIZER_FILES, check_files,
                      inside, read_manifest, sha256_file)
@@ -32,14 +32,32 @@ def _looks_local(name: str) -> bool:
     return name.startswith(("/", "./", "../")) or os.path.isabs(name)
 
 
-def _download(repo: str, subfolder: Optional[str], revision: Optional[str],
-              token: Optional[str]) -> Path:
-    from huggingface_hub import snapshot_download
+def locate(name: str, subfolder: Optional[str], revision: Optional[str], token: Optional[str],
+           hub_files: Sequence[str]) -> Tuple[Path, Optional[str]]:
+    """`(directory, commit)`: a local directory as is, otherwise a hub snapshot of `hub_files`.
 
-    prefix = f"{subfolder}/" if subfolder else ""
-    return Path(snapshot_download(repo, revision=revision,
-                                  token=token or os.environ.get("HF_TOKEN") or None,
-                                  allow_patterns=[prefix + name for name in HUB_FILES]))
+    The download goes through huggingface_hub, so its cache, `HF_HUB_OFFLINE` and `HF_TOKEN`
+    behave as everywhere else; only the listed files are fetched (a repo may hold several
+    checkpoints). `commit` is None for a local directory.
+    """
+    commit = None
+    if os.path.exists(name):
+        directory = Path(name)
+    elif _looks_local(name):
+        raise FileNotFoundError(f"Local model path not found: {name!r}.")
+    else:
+        from huggingface_hub import snapshot_download
+
+        prefix = f"{subfolder}/" if subfolder else ""
+        directory = Path(snapshot_download(name, revision=revision,
+                                           token=token or os.environ.get("HF_TOKEN") or None,
+                                           allow_patterns=[prefix + f for f in hub_files]))
+        commit = directory.name  # a snapshot folder is named after the commit it holds
+    if subfolder:
+        directory = directory / subfolder
+        if not directory.is_dir():
+            raise FileNotFoundError(f"Subfolder {subfolder!r} not found in {name!r}.")
+    return directory, commit
 
 
 def _graph_path(directory: Path, onnx_path: Optional[str],
@@ -124,18 +142,7 @@ def resolve(model_id_or_path: str, onnx_path: Optional[str] = None,
             expected_sha256: Optional[Dict[str, str]] = None) -> Source:
     """Locate the model and check its integrity; nothing has been parsed when this returns."""
     name = os.fspath(model_id_or_path)
-    resolved_revision = None
-    if os.path.exists(name):
-        directory = Path(name)
-    elif _looks_local(name):
-        raise FileNotFoundError(f"Local model path not found: {name!r}.")
-    else:
-        directory = _download(name, subfolder, revision, token)
-        resolved_revision = directory.name
-    if subfolder:
-        directory = directory / subfolder
-        if not directory.is_dir():
-            raise FileNotFoundError(f"Subfolder {subfolder!r} not found in {name!r}.")
+    directory, commit = locate(name, subfolder, revision, token, HUB_FILES)
     manifest = read_manifest(directory)
     if not (directory / CONFIG).is_file():
         raise FileNotFoundError(f"Incompatible model: {name!r} does not contain '{CONFIG}'.")
@@ -152,4 +159,4 @@ def resolve(model_id_or_path: str, onnx_path: Optional[str] = None,
                                             if path.startswith(f"{TOKENIZER_DIR}/"))})
         check_files(directory, manifest, [CONFIG, *tokenizer_files,
                                           *_graph_files(directory, graph)])
-    return Source(directory, graph, manifest, resolved_revision)
+    return Source(directory, graph, manifest, commit)

@@ -1,7 +1,6 @@
 """Shared fixtures: a clean process-wide hook registry around every test, and the small
 generated checkpoints and their exported bundles (session-scoped, shared by every module)."""
 import os
-import sys
 from pathlib import Path
 
 import pytest

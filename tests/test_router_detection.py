@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gettext
 import struct
-import sys
 from pathlib import Path
 
 import pytest

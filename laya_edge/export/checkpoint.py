@@ -6,12 +6,12 @@ setting at fault.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..bundle import CONFIG, TOKENIZER_DIR
+from ..bundle import CONFIG, TOKENIZER_DIR, check_config
+from ..source import locate as source_locate
 
 WEIGHTS = "model.safetensors"
 ENCODER_DIR = "encoder"
@@ -37,40 +37,15 @@ class Checkpoint:
         return names
 
 
-def hub_patterns(subfolder: Optional[str]) -> List[str]:
-    """Only the files a checkpoint needs, so a repo holding several downloads one."""
-    prefix = f"{subfolder}/" if subfolder else ""
-    return [prefix + name for name in (CONFIG, WEIGHTS, f"{TOKENIZER_DIR}/*", f"{ENCODER_DIR}/*")]
-
-
-def _looks_local(source: str) -> bool:
-    return source.startswith(("/", "./", "../")) or os.path.isabs(source)
+CHECKPOINT_FILES = (CONFIG, WEIGHTS, f"{TOKENIZER_DIR}/*", f"{ENCODER_DIR}/*")
 
 
 def locate(source: str, subfolder: Optional[str] = None, revision: Optional[str] = None,
            token: Optional[str] = None) -> Checkpoint:
-    """Resolve SOURCE to a directory, downloading from the hub when it is not a local path.
-
-    The download goes through huggingface_hub, so its cache, `HF_HUB_OFFLINE` and `HF_TOKEN`
-    behave as they do everywhere else.
-    """
-    if os.path.exists(source):
-        directory, origin = Path(source), {"path": str(Path(source).resolve())}
-    elif _looks_local(source):
-        raise FileNotFoundError(f"Local model path not found: {source!r}.")
-    else:
-        from huggingface_hub import snapshot_download
-
-        downloaded = snapshot_download(source, revision=revision,
-                                       token=token or os.environ.get("HF_TOKEN") or None,
-                                       allow_patterns=hub_patterns(subfolder))
-        directory = Path(downloaded)
-        # The snapshot folder is named after the commit it holds, whatever was asked for.
-        origin = {"repo": source, "revision": revision, "commit": directory.name}
-    if subfolder:
-        directory = directory / subfolder
-        if not directory.is_dir():
-            raise FileNotFoundError(f"Subfolder {subfolder!r} not found in {source!r}.")
+    """SOURCE as a directory (a hub repo downloads only the files a checkpoint needs)."""
+    directory, commit = source_locate(source, subfolder, revision, token, CHECKPOINT_FILES)
+    origin: Dict[str, Any] = ({"path": str(Path(source).resolve())} if commit is None else
+                              {"repo": source, "revision": revision, "commit": commit})
     origin["subfolder"] = subfolder
     return Checkpoint(directory=directory, source=origin)
 
@@ -100,14 +75,7 @@ def check(checkpoint: Checkpoint, label: str) -> Checkpoint:
     if missing:
         raise ValueError(f"Incompatible model config for {label!r}: missing configuration keys "
                          f"{missing}. Ensure this is a valid RL Agent decision model.")
-    layout = config.get("option_layout", "sequential")
-    if layout != "sequential":
-        raise ValueError(f"option_layout={layout!r} is not supported by the ONNX runtime; load "
-                         "this checkpoint with laya.Agent")
-    temperature = config.get("temperature", [1.0, 1.0, 1.0])
-    if not isinstance(temperature, (list, tuple)) or len(temperature) != 3:
-        raise ValueError(f"Incompatible model: {label!r} temperature must be a list of 3 floats, "
-                         f"got {temperature!r}")
+    check_config(config, label)
     names = _weight_names(directory / WEIGHTS)
     adapters = sorted({key for key in config if "adapter" in key.lower() and config[key]}
                       | {name for name in names if "adapter" in name.lower()})

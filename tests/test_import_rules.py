@@ -72,3 +72,16 @@ def test_the_blocker_really_blocks():
     done = subprocess.run([sys.executable, "-c", BLOCKER + "import transformers", "torch,transformers"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "blocked import: transformers" in done.stderr
+
+
+def test_routing_imports_nothing_heavy_until_a_checkpoint_loads():
+    loaded = run_python(
+        "import json, sys\nimport laya_edge as laya\n"
+        "router = laya.Router(models={'english': '/nowhere/en'})\n"
+        "decisions = [router.route(s, {'q': {}}) for s in ('Hello there, where is my order?',\n"
+        "             'Hallo, wo ist meine Bestellung bitte?', '我的订单在哪里', {'a': ['b', 1]})]\n"
+        "router.route_batch([{'state': 'hi there friend', 'questions': {}}])\n"
+        "laya.detect_language('bonjour je suis ici avec vous')\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))",
+        blocked=("numpy", "onnxruntime", "tokenizers", "torch", "transformers"))
+    assert loaded == []

@@ -10,7 +10,7 @@ import copy
 import json
 import os
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from .bundle import CONFIG, TOKENIZER_DIR, builtin_bundle_dir, check_config
 from .confidence import apply_gate, check_min_confidence
@@ -21,8 +21,8 @@ from .lifecycle import run_predict
 from .long import (StartProbe, aggregate_windows, check_scan_budget, default_window,
                    window_batch_cap, window_budget, window_starts)
 from .questions import normalise, parse_questions
-from .session import create_session, run
-from .source import resolve
+from .session import create_session, dual_install, plan, run
+from .source import resolve, verify
 
 DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
@@ -40,19 +40,32 @@ class ONNXAgent(HookRegistry):
                  on_predict_end: PredictHookArg = None, hooks_raise: bool = True,
                  hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None,
                  lang_temperatures: Optional[Dict[str, Any]] = None,
-                 device: Optional[str] = None, intra_op_threads: Optional[int] = None):
+                 device: Optional[str] = None, precision: Optional[str] = None,
+                 providers: Optional[Sequence[Any]] = None,
+                 provider_options: Optional[Sequence[Dict[str, Any]]] = None,
+                 intra_op_threads: Optional[int] = None):
         """Load a bundle (or a checkpoint directory/hub repo plus `onnx_path`).
 
-        Hook arguments are validated first, then every file is checked against the bundle
-        manifest (and `expected_sha256`) before it is parsed.
+        Hook arguments are validated first; then the device and precision are chosen
+        (`runtime_info()` says what and why) and every file about to be parsed is checked
+        against the bundle manifest (and `expected_sha256`).
         """
         self._configure_hooks(hooks, on_predict_start, on_predict_end, hooks_raise,
                               hooks_concurrent, hooks_timeout)
         self.model_id = self.model_id_or_path = model_id_or_path
         self.subfolder = subfolder
-        source = resolve(model_id_or_path, onnx_path, subfolder, revision, token, expected_sha256)
-        self.directory, self.graph_path = source.directory, source.graph
-        self.manifest, self.revision = source.manifest, source.revision
+        source = resolve(model_id_or_path, onnx_path, subfolder, revision, token)
+        self.directory, self.manifest, self.revision = (source.directory, source.manifest,
+                                                        source.revision)
+        import onnxruntime
+
+        fp32 = source.variants.get("fp32")
+        self.plan = plan(device, precision, onnxruntime.get_available_providers(),
+                         source.variants, source.graph_sha256(fp32) if fp32 else "",
+                         (self.manifest or {}).get("graph", {}).get("shape_ranges"),
+                         providers, provider_options)
+        self.graph_path, self._variants = self.plan.graph, dict(source.variants)
+        verify(source, self.graph_path, expected_sha256)
         with open(self.directory / CONFIG, encoding="utf-8") as handle:
             self.cfg = json.load(handle)
         check_config(self.cfg, model_id_or_path)
@@ -60,12 +73,20 @@ class ONNXAgent(HookRegistry):
         self.head_max_len = int(self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN))
         self.temperatures = Temperatures(self.cfg, lang_temperatures)
         self.encoder = Encoder.from_directory(self.directory / TOKENIZER_DIR)
-        self.session = create_session(self.graph_path, device, intra_op_threads)
+        self.session = create_session(self.plan, intra_op_threads)
 
     @property
     def lang_temperatures(self) -> Dict[str, Dict[str, Any]]:
         """Per-language temperature overrides, keyed by base language (empty when none)."""
         return self.temperatures.lang_temperatures
+
+    def runtime_info(self) -> Dict[str, Any]:
+        """What this agent runs on and why: device, precision, graph, active providers."""
+        return {"device": self.plan.device, "device_id": self.plan.device_id,
+                "precision": self.plan.precision, "graph": str(self.graph_path),
+                "providers": self.session.get_providers(),
+                "available_variants": sorted(self._variants), "reasons": list(self.plan.reasons),
+                "onnxruntime_dual_install": dual_install()}
 
     def __repr__(self) -> str:
         return f"ONNXAgent({self.model_id!r}, graph={str(self.graph_path)!r})"
@@ -147,7 +168,8 @@ class ONNXAgent(HookRegistry):
             for offset in range(0, len(order), chunk):
                 indices = order[offset:offset + chunk]
                 rows = [row for i in indices for row in encoded[i]]
-                logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id))
+                logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id),
+                                         io_binding=self.plan.device != "cpu")
                 act = act_probabilities(act_logits)
                 for position, i in enumerate(indices):
                     answered[i] = decode_state(logits, act, position * len(parsed), encoded[i],

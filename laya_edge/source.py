@@ -20,12 +20,22 @@ HUB_FILES = (CONFIG, f"{TOKENIZER_DIR}/*", MANIFEST, "laya*.onnx", "laya*.onnx.d
 
 @dataclass
 class Source:
-    """A resolved model: its directory, the graph to run, and the manifest when it is a bundle."""
+    """A located model: its directory, its manifest when it is a bundle, and its graphs.
+
+    `variants` maps precision to graph file: the bundle's variants, or just the graph the caller
+    named (as "fp32"). Nothing in it has been parsed yet; `verify` checks what will be.
+    """
 
     directory: Path
-    graph: Path
     manifest: Optional[Dict[str, Any]]
+    variants: Dict[str, Path]
     revision: Optional[str]
+
+    def graph_sha256(self, graph: Path) -> str:
+        """The manifest's hash of `graph` ('' when it is not a listed bundle file)."""
+        listed = (self.manifest or {}).get("files") or {}
+        relative = _graph_files(self.directory, graph)
+        return listed.get(relative[0], {}).get("sha256", "") if relative else ""
 
 
 def _looks_local(name: str) -> bool:
@@ -60,24 +70,28 @@ def locate(name: str, subfolder: Optional[str], revision: Optional[str], token: 
     return directory, commit
 
 
-def _graph_path(directory: Path, onnx_path: Optional[str],
-                manifest: Optional[Dict[str, Any]]) -> Path:
-    if onnx_path is None:
-        if manifest is not None:
-            relative = manifest["variants"]["fp32"]["files"][0]
-            graph = inside(directory, relative)
-            if not graph.is_file():
-                raise FileNotFoundError(f"ONNX model not found at {relative!r}. Please run "
-                                        "python -m laya_edge.export first.")
-            return graph
-        onnx_path = GRAPH
-    candidate = Path(onnx_path)
+def _missing_graph(onnx_path: Any) -> FileNotFoundError:
+    return FileNotFoundError(f"ONNX model not found at {str(onnx_path)!r}. Please run python -m "
+                             "laya_edge.export first.")
+
+
+def _variants(directory: Path, onnx_path: Optional[str],
+              manifest: Optional[Dict[str, Any]]) -> Dict[str, Path]:
+    if onnx_path is None and manifest is not None:
+        variants = {}
+        for precision, entry in (manifest.get("variants") or {}).items():
+            graph = inside(directory, entry["files"][0])
+            if graph.is_file():
+                variants[precision] = graph
+            elif precision == "fp32":
+                raise _missing_graph(entry["files"][0])
+        return variants
+    candidate = Path(onnx_path or GRAPH)
     if not candidate.is_absolute() and (directory / candidate).is_file():
         candidate = directory / candidate
     if not candidate.is_file():
-        raise FileNotFoundError(f"ONNX model not found at {str(onnx_path)!r}. Please run python "
-                                "-m laya_edge.export first.")
-    return candidate
+        raise _missing_graph(onnx_path or GRAPH)
+    return {"fp32": candidate}
 
 
 def _graph_files(directory: Path, graph: Path) -> List[str]:
@@ -138,25 +152,28 @@ def verify_expected(directory: Path, expected: Optional[Dict[str, str]], graph: 
 
 def resolve(model_id_or_path: str, onnx_path: Optional[str] = None,
             subfolder: Optional[str] = None, revision: Optional[str] = None,
-            token: Optional[str] = None,
-            expected_sha256: Optional[Dict[str, str]] = None) -> Source:
-    """Locate the model and check its integrity; nothing has been parsed when this returns."""
+            token: Optional[str] = None) -> Source:
+    """Locate the model and its graphs; only the manifest has been read when this returns."""
     name = os.fspath(model_id_or_path)
     directory, commit = locate(name, subfolder, revision, token, HUB_FILES)
     manifest = read_manifest(directory)
     if not (directory / CONFIG).is_file():
         raise FileNotFoundError(f"Incompatible model: {name!r} does not contain '{CONFIG}'.")
-    graph = _graph_path(directory, onnx_path, manifest)
+    return Source(directory, manifest, _variants(directory, onnx_path, manifest), commit)
+
+
+def verify(source: Source, graph: Path, expected_sha256: Optional[Dict[str, str]]) -> None:
+    """Check every file about to be parsed (config, tokenizer, `graph`) before it is parsed:
+    the caller's pins, then the bundle manifest's hashes."""
+    directory, manifest = source.directory, source.manifest
     verify_expected(directory, expected_sha256, graph)
-    if manifest is not None:
-        listed = manifest.get("files") or {}
-        # Every tokenizer file the runtime reads, listed or not: a file it parses must be listed
-        # (tokenizer.json always; the two JSON configs when present), and every listed one must
-        # match.
-        read = [f"{TOKENIZER_DIR}/{name}" for name in TOKENIZER_FILES
-                if name == "tokenizer.json" or (directory / TOKENIZER_DIR / name).is_file()]
-        tokenizer_files = sorted({*read, *(path for path in listed
-                                            if path.startswith(f"{TOKENIZER_DIR}/"))})
-        check_files(directory, manifest, [CONFIG, *tokenizer_files,
-                                          *_graph_files(directory, graph)])
-    return Source(directory, graph, manifest, commit)
+    if manifest is None:
+        return
+    listed = manifest.get("files") or {}
+    # Every tokenizer file the runtime reads, listed or not: a file it parses must be listed
+    # (tokenizer.json always; the two JSON configs when present), and every listed one must match.
+    read = [f"{TOKENIZER_DIR}/{name}" for name in TOKENIZER_FILES
+            if name == "tokenizer.json" or (directory / TOKENIZER_DIR / name).is_file()]
+    tokenizer_files = sorted({*read, *(path for path in listed
+                                       if path.startswith(f"{TOKENIZER_DIR}/"))})
+    check_files(directory, manifest, [CONFIG, *tokenizer_files, *_graph_files(directory, graph)])

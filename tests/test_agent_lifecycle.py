@@ -586,9 +586,9 @@ def counted_runs(monkeypatch):
     runs = []
     real = agent_module.run
 
-    def counting(session, inputs):
+    def counting(session, inputs, **options):
         runs.append(inputs["input_ids"].shape)
-        return real(session, inputs)
+        return real(session, inputs, **options)
 
     monkeypatch.setattr(agent_module, "run", counting)
     return runs

@@ -54,8 +54,8 @@ TYPED_DECISION_WORKFLOWS = {
                            "urgency"},
 }
 ROUTER_OWNED_AGENT_ARGS = frozenset({
-    "model_id_or_path", "device", "token", "subfolder", "revision", "hooks", "on_predict_start",
-    "on_predict_end", "hooks_raise", "hooks_concurrent", "hooks_timeout"})
+    "model_id_or_path", "device", "precision", "token", "subfolder", "revision", "hooks",
+    "on_predict_start", "on_predict_end", "hooks_raise", "hooks_concurrent", "hooks_timeout"})
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _AGNOSTIC_CODES = ("c", "posix", "und", "zxx", "mul")
 _ENGLISH_CODES = ("en", "eng", "english")
@@ -244,7 +244,8 @@ class Router(HookRegistry):
                  on_predict_end: PredictHookArg = None, hooks_raise: bool = True,
                  hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None,
                  agent_kwargs: Optional[Dict[str, Any]] = None,
-                 sha256_digests: Optional[Dict[str, Any]] = None):
+                 sha256_digests: Optional[Dict[str, Any]] = None,
+                 precision: Optional[str] = None):
         self._configure_hooks(hooks, on_predict_start, on_predict_end, hooks_raise,
                               hooks_concurrent, hooks_timeout)
         # The published sources; a built-in still pointing at one is read from its local bundle.
@@ -254,6 +255,7 @@ class Router(HookRegistry):
         for name, source in (models or {}).items():
             self._add(name, source)
         self.device = device
+        self.precision = precision
         self.token = token or os.environ.get("HF_TOKEN")
         self.revision = revision
         self.revisions = {self.resolve(key): value for key, value in (revisions or {}).items()}
@@ -406,6 +408,8 @@ class Router(HookRegistry):
                 repo, subfolder = str(builtin_bundle_dir(key)), None
             kwargs: Dict[str, Any] = {"device": self.device, "token": self.token,
                                       "subfolder": subfolder}
+            if self.precision is not None:
+                kwargs["precision"] = self.precision
             pin = _pin(self.revisions.get(key)) or _pin(self.revision)
             if pin is not None:
                 kwargs["revision"] = pin

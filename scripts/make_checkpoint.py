@@ -38,10 +38,11 @@ Kinds
     decision heads.  Upstream builds any ``AutoModel`` from ``encoder/config.json``, so BERT
     loads.  The tokenizer files are copied verbatim (their ``tokenizer.json`` stores truncation
     and padding at 128, which a runtime has to switch off).  About 50 MB.
-``modernbert-base``
+``modernbert-base`` / ``modernbert-large``
     ModernBERT-base shape (hidden 768, 22 layers, 12 heads, intermediate 1152, vocab 50368,
     ModernBERT defaults) with random weights and a small BPE tokenizer whose ids all sit far
-    below 50368.  For benchmarks only: about 330 MB and tens of seconds to write.
+    below 50368.  For benchmarks only: about 330 MB and tens of seconds to write.  The large
+    shape (hidden 1024, 28 layers, 16 heads, intermediate 2624) is for the GPU check.
 
 Every kind is deterministic for a given ``--seed``.
 
@@ -72,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-KINDS = ("modernbert-tiny", "unigram-tiny", "minilm", "modernbert-base")
+KINDS = ("modernbert-tiny", "unigram-tiny", "minilm", "modernbert-base", "modernbert-large")
 SMALL_KINDS = ("modernbert-tiny", "unigram-tiny", "minilm")
 
 # Files and folders this script owns inside a checkpoint directory (removed by --force).
@@ -720,20 +721,35 @@ def make_unigram_tiny(out: Path, seed: int, clamp_test: bool = False) -> None:
                             encoder_cfg=enc, cfg=cfg)
 
 
-def make_modernbert_base(out: Path, seed: int, clamp_test: bool = True) -> None:
-    log("modernbert-base: training byte-level BPE tokenizer")
+# name -> (hidden, layers, heads, intermediate), the published ModernBERT shapes.
+MODERNBERT_SHAPES = {"modernbert-base": (768, 22, 12, 1152),
+                     "modernbert-large": (1024, 28, 16, 2624)}
+
+
+def make_modernbert_sized(out: Path, seed: int, clamp_test: bool = True,
+                          kind: str = "modernbert-base") -> None:
+    hidden, layers, heads, intermediate = MODERNBERT_SHAPES[kind]
+    log(f"{kind}: training byte-level BPE tokenizer")
     bundle = train_bpe_tokenizer(english_corpus(seed), vocab_size=4096)
-    enc = modernbert_config_v4(vocab_size=50368, hidden=768, layers=22, heads=12,
-                               intermediate=1152, local_attention=128, global_every=3,
+    enc = modernbert_config_v4(vocab_size=50368, hidden=hidden, layers=layers, heads=heads,
+                               intermediate=intermediate, local_attention=128, global_every=3,
                                global_theta=160000.0, local_theta=10000.0, ids=special_ids(bundle))
-    cfg = rl_agent_config(encoder="laya-edge-synthetic/modernbert-base", kind="modernbert-base",
+    cfg = rl_agent_config(encoder=f"laya-edge-synthetic/{kind}", kind=kind,
                           seed=seed, max_len=512, head_max_len=192,
                           temperature=[1.6369030475616455, 1.2514300346374512, 1.983399510383606],
                           temperature_by_options=english_temperatures(clamp_test))
-    # Gain 1: a 22-layer residual stream drawn at gain 2 grows towards the fp16 range, and this
-    # checkpoint is meant for fp16/bf16 benchmarks.
-    write_random_modernbert(out, kind="modernbert-base", seed=seed, bundle=bundle,
+    # Gain 1: a deep residual stream drawn at gain 2 grows towards the fp16 range, and these
+    # checkpoints are meant for fp16/bf16 benchmarks.
+    write_random_modernbert(out, kind=kind, seed=seed, bundle=bundle,
                             encoder_cfg=enc, cfg=cfg, encoder_gain=1.0)
+
+
+def make_modernbert_base(out: Path, seed: int, clamp_test: bool = True) -> None:
+    make_modernbert_sized(out, seed, clamp_test, "modernbert-base")
+
+
+def make_modernbert_large(out: Path, seed: int, clamp_test: bool = True) -> None:
+    make_modernbert_sized(out, seed, clamp_test, "modernbert-large")
 
 
 def make_minilm(out: Path, seed: int, clamp_test: bool = False) -> None:
@@ -763,6 +779,7 @@ MAKERS: Dict[str, Callable[[Path, int, bool], None]] = {
     "unigram-tiny": make_unigram_tiny,
     "minilm": make_minilm,
     "modernbert-base": make_modernbert_base,
+    "modernbert-large": make_modernbert_large,
 }
 
 
@@ -794,7 +811,7 @@ def make_checkpoint(kind: str, out: Path | str, seed: int = 0, clamp_test: Optio
         raise ValueError("unknown kind %r; choose from %s" % (kind, ", ".join(KINDS)))
     out = Path(out)
     if clamp_test is None:
-        clamp_test = kind in ("modernbert-tiny", "modernbert-base")
+        clamp_test = kind in ("modernbert-tiny", "modernbert-base", "modernbert-large")
     prepare_out_dir(out, force)
     started = time.perf_counter()
     seed_everything(seed)

@@ -750,10 +750,10 @@ def test_skip_verify_is_recorded(checkpoints, monkeypatch, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0 and captured.err == ""
     summary = json.loads(captured.out)
-    assert summary["verification"] == {"skipped": True, "passed": None}
+    assert summary["verification"] == {"skipped": True, "passed": None, "precision": "fp32"}
     assert "verify" not in summary["stages"]
     report = read_manifest(out)["variants"]["fp32"]["verification"]
-    assert report == {"skipped": True, "passed": None}
+    assert report == {"skipped": True, "passed": None, "precision": "fp32"}
 
 
 def test_external_data_export(checkpoints, references, tmp_path):

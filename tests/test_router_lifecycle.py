@@ -1810,7 +1810,8 @@ def test_agent_kwargs_validation_against_the_onnx_agent_signature(monkeypatch):
         assert attempt(lambda: ER.Router(agent_kwargs={owned: None})) == (
             f"ValueError: Router sets {owned!r} itself; pass them to Router(...) instead of in "
             "agent_kwargs")
-    assert ER.ROUTER_OWNED_AGENT_ARGS == UR._ROUTER_OWNED_AGENT_ARGS
+    # laya_edge's Router also owns `precision` (Router(precision=...)); upstream has none
+    assert ER.ROUTER_OWNED_AGENT_ARGS == UR._ROUTER_OWNED_AGENT_ARGS | {"precision"}
     assert attempt(lambda: ER.Router(agent_kwargs={"fast": True, "bogus": 1})) == (
         f"ValueError: ONNXAgent accepts none of 'bogus', 'fast'; it accepts {accepted}")
     # upstream checks its PyTorch Agent (which takes `fast`) and names it

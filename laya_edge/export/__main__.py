@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="store weights in laya.onnx.data (default: only above 1.8 GB)")
     data.add_argument("--no-external-data", dest="external_data", action="store_false",
                       help="keep weights inside laya.onnx (fails above the 2 GB protobuf limit)")
+    parser.add_argument("--precision", default="fp32", metavar="LIST",
+                        help="variants to build, comma-separated from fp32,fp16,int8 (fp32 is "
+                             "always kept as the reference); each is verified against PyTorch "
+                             "(int8: argmax agreement >= 99%%, fp16: >= 99.5%%, max |dp| <= 0.05)")
+    parser.add_argument("--int8-embeddings", action="store_true",
+                        help="also quantise the embedding table in the int8 variant (smaller)")
     parser.add_argument("--probe-seed", type=int, default=0,
                         help="seed of the generated verification probe set (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -73,11 +79,16 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     from ..bundle import default_bundle_dir
     from .graph import DEFAULT_OPSET
     from .pipeline import ExportOptions, read_recipe
+    from .precision import parse_precisions
 
     recipe = read_recipe(args.recipe) if args.recipe else {}
     source = args.source or recipe.get("repo")
     if not source:
         parser.error("SOURCE is required unless --recipe names a repo")
+    try:
+        precisions = parse_precisions(args.precision)
+    except ValueError as exc:
+        parser.error(f"argument --precision: {exc}")
     out = args.out
     if out is None:
         if not args.recipe:
@@ -94,6 +105,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         force=args.force, skip_verify=args.skip_verify, exporter=args.exporter,
         opset=args.opset or recipe.get("opset", DEFAULT_OPSET),
         external_data=args.external_data, shape_ranges=shapes, probe_seed=args.probe_seed,
+        precisions=precisions, int8_embeddings=args.int8_embeddings,
         recipe=os.path.basename(args.recipe) if args.recipe else None)
 
 

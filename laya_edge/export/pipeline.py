@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import __version__
 from ..bundle import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER_DIR,
@@ -27,6 +27,7 @@ from ..bundle import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER
 from ..tokenizer import load_tokenizer, special_tokens
 from . import checkpoint as ckpt
 from .graph import DEFAULT_OPSET, describe, export_graph
+from .precision import VARIANT_FILES, to_fp16, to_int8
 from .probes import probe_cases
 from .verify import require_pass, run_reference, verify_graph
 
@@ -49,6 +50,8 @@ class ExportOptions:
     opset: int = DEFAULT_OPSET
     external_data: Optional[bool] = None
     shape_ranges: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    precisions: Tuple[str, ...] = ("fp32",)
+    int8_embeddings: bool = False
     probe_seed: int = 0
     recipe: Optional[str] = None
 
@@ -172,6 +175,9 @@ def export_bundle(options: ExportOptions, progress: Optional[Progress] = None) -
     return {"out": str(out), "format_version": FORMAT_VERSION,
             "exporter": manifest["graph"]["exporter"],
             "verification": manifest["variants"]["fp32"]["verification"],
+            "variants": {precision: {key: entry[key] for key in ("files", "bytes")}
+                         | {"verification": entry["verification"]}
+                         for precision, entry in manifest["variants"].items()},
             "bytes": sum(entry["bytes"] for entry in manifest["files"].values()),
             "stages": progress.durations}
 
@@ -204,16 +210,21 @@ def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str,
                          else ["constant folding (TorchScript exporter)"])
     if options.skip_verify:
         progress.log("verify: skipped (--skip-verify)")
-        report: Dict[str, Any] = {"skipped": True, "passed": None}
+        report = _verified(graph_path, "fp32", runs, reference, skip=True)
     else:
         with progress.stage("verify", f"{sum(len(r.rows) for r in runs)} probe rows, torch vs "
                                       "onnxruntime"):
-            report = verify_graph(graph_path, runs, reference)
+            report = _verified(graph_path, "fp32", runs, reference, skip=False)
             require_pass(report, graph_path)
-            report["skipped"] = False
+    variants = {"fp32": _variant_entry(build, GRAPH, "fp32", optimisations, report)}
+    for precision in options.precisions:
+        if precision == "fp32":
+            continue
+        with progress.stage(precision, f"building and verifying the {precision} variant"):
+            variants[precision] = _reduced_variant(precision, options, build, graph_path,
+                                                   graph_info["external_data"], runs, reference)
     tokenizer_dir = build / TOKENIZER_DIR
     specials = special_tokens(tokenizer_dir, load_tokenizer(tokenizer_dir))
-    graph_files = [GRAPH] + ([GRAPH + ".data"] if (build / (GRAPH + ".data")).exists() else [])
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -225,10 +236,60 @@ def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str,
         "mask_token": specials["mask"].text,
         "graph": dict(graph_info, shape_ranges=_shape_ranges(options, reference)),
         "versions": _versions(),
-        "variants": {"fp32": {"precision": "fp32", "files": graph_files,
-                              "optimisations": optimisations, "verification": report}},
+        "variants": variants,
         "files": digests(build, [name for name in files_under(build) if name != MANIFEST]),
     }
+
+
+def _verified(graph: Path, precision: str, runs: List[Any], reference: Any,
+              skip: bool) -> Dict[str, Any]:
+    if skip:
+        return {"skipped": True, "passed": None, "precision": precision}
+    return dict(verify_graph(graph, runs, reference, precision), skipped=False)
+
+
+def _variant_entry(build: Path, name: str, precision: str, optimisations: List[str],
+                   report: Dict[str, Any]) -> Dict[str, Any]:
+    files = [name] + ([name + ".data"] if (build / (name + ".data")).exists() else [])
+    return {"precision": precision, "files": files, "optimisations": optimisations,
+            "bytes": sum((build / f).stat().st_size for f in files), "verification": report}
+
+
+def _remove_graph(path: Path) -> None:
+    for doomed in (path, path.with_name(path.name + ".data")):
+        doomed.unlink(missing_ok=True)
+
+
+def _reduced_variant(precision: str, options: ExportOptions, build: Path, fp32_graph: Path,
+                     external: bool, runs: List[Any], reference: Any) -> Dict[str, Any]:
+    """Build the variant (int8: per-tensor and per-channel, keeping whichever agrees better),
+    verify it against PyTorch, and refuse it when it misses its thresholds."""
+    name = VARIANT_FILES[precision]
+    if precision == "fp16":
+        builders = [lambda target: to_fp16(fp32_graph, target, external)]
+    else:
+        builders = [lambda target, channel=channel: to_int8(fp32_graph, target, channel,
+                                                              options.int8_embeddings, external)
+                    for channel in (False, True)]
+    best = None
+    for attempt, builder in enumerate(builders):
+        candidate = build / f"attempt{attempt}.{name}"
+        optimisations = builder(candidate)
+        report = _verified(candidate, precision, runs, reference, options.skip_verify)
+        if best is None or (report.get("argmax_agreement", 0), -report.get("max_abs_p", 0)) > \
+                (best[2].get("argmax_agreement", 0), -best[2].get("max_abs_p", 0)):
+            if best is not None:
+                _remove_graph(best[0])
+            best = (candidate, optimisations, report)
+        else:
+            _remove_graph(candidate)
+    candidate, optimisations, report = best
+    require_pass(report, build / name)
+    candidate.rename(build / name)
+    sidecar = candidate.with_name(candidate.name + ".data")
+    if sidecar.exists():
+        sidecar.rename(build / (name + ".data"))
+    return _variant_entry(build, name, precision, optimisations, report)
 
 
 def read_recipe(path: Any) -> Dict[str, Any]:

@@ -15,7 +15,9 @@ import numpy as np
 from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
 from .probes import ProbeCase
 
-THRESHOLDS = {"fp32": {"argmax_agreement": 1.0, "max_abs_p": 1e-4}}
+THRESHOLDS = {"fp32": {"argmax_agreement": 1.0, "max_abs_p": 1e-4},
+              "fp16": {"argmax_agreement": 0.995, "max_abs_p": 0.05},
+              "int8": {"argmax_agreement": 0.99, "max_abs_p": 0.05}}
 
 
 @dataclass
@@ -102,8 +104,9 @@ def verify_graph(graph: Path, runs: Sequence[ProbeRun], reference: Any,
 
 
 def require_pass(report: Dict[str, Any], graph: Path) -> None:
-    """Raise a VerificationError that says what diverged, unless the report passed."""
-    if report["passed"]:
+    """Raise a VerificationError that says what diverged, unless the report passed (or
+    verification was skipped, which the manifest records)."""
+    if report["passed"] or report.get("skipped"):
         return
     problems = []
     limits = report["thresholds"]

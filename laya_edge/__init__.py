@@ -1,19 +1,20 @@
 """laya_edge: Laya decision models on edge devices, torch-free.
 
-Importing the package loads only the standard library; model machinery (numpy, onnxruntime,
-tokenizers, huggingface_hub) loads on first use of `ONNXAgent`, `Agent` or `load`; the
-Router and the language detector are pure Python.
+Importing the package loads nothing: every public name resolves on first use. The hook system
+is standard library only; model machinery (numpy, onnxruntime, tokenizers, huggingface_hub)
+loads on first use of `ONNXAgent`, `Agent` or `load`; the Router and the language detector are
+pure Python.
 Code written for upstream laya runs with `import laya_edge as laya`.
 """
-from typing import Any
-
-from . import hooks
-from .hooks import AsyncHook, BaseHook, Hook, PredictContext, PredictHook
+from __future__ import annotations
 
 __version__ = "0.1.0"
 
-# name -> (module, attribute): resolved on first use.
+# name -> (module, attribute): resolved on first use; attribute None is the module itself.
 _LAZY = {
+    "hooks": (".hooks", None), "AsyncHook": (".hooks", "AsyncHook"),
+    "BaseHook": (".hooks", "BaseHook"), "Hook": (".hooks", "Hook"),
+    "PredictContext": (".hooks", "PredictContext"), "PredictHook": (".hooks", "PredictHook"),
     "ONNXAgent": (".onnx_agent", "ONNXAgent"), "Agent": (".onnx_agent", "Agent"),
     "load": (".onnx_agent", "load"), "Router": (".router", "Router"),
     "RouteDecision": (".router", "RouteDecision"), "DEFAULT_MODELS": (".router", "DEFAULT_MODELS"),
@@ -32,7 +33,8 @@ def __getattr__(name: str) -> Any:
         from importlib import import_module
 
         module, attribute = _LAZY[name]
-        value = getattr(import_module(module, __name__), attribute)
+        loaded = import_module(module, __name__)
+        value = loaded if attribute is None else getattr(loaded, attribute)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

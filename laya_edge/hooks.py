@@ -11,16 +11,16 @@ configured before any model machinery is loaded. Warning and error texts keep up
 """
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import inspect
 import math
 import threading
 import time
 import uuid
 import warnings
+from collections.abc import Awaitable as _Awaitable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import CoroutineType, GeneratorType
 from typing import (Any, Awaitable, Callable, ContextManager, Dict, Iterator, List, Optional,
                     Protocol, Sequence, Union)
 
@@ -263,6 +263,8 @@ _BACKGROUND_LOOP_LOCK = threading.Lock()
 
 def _background_loop() -> asyncio.AbstractEventLoop:
     """The process-wide loop for coroutines whose caller already runs a loop of its own."""
+    import asyncio
+
     global _BACKGROUND_LOOP
     with _BACKGROUND_LOOP_LOCK:
         if _BACKGROUND_LOOP is None or not _BACKGROUND_LOOP.is_running():
@@ -274,14 +276,23 @@ def _background_loop() -> asyncio.AbstractEventLoop:
 
 
 def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    import asyncio
+
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
 
 
+def _awaitable(value: Any) -> bool:
+    """`inspect.isawaitable`, without importing inspect and asyncio (tens of ms) until a hook
+    really returns an awaitable: `import laya_edge` stays cheap."""
+    return isinstance(value, _Awaitable) or (isinstance(value, GeneratorType) and bool(
+        value.gi_code.co_flags & 0x100))  # CO_ITERABLE_COROUTINE
+
+
 def _refuse(coro: Awaitable[Any], message: str) -> None:
-    if asyncio.iscoroutine(coro):
+    if isinstance(coro, CoroutineType):
         coro.close()
     raise ValueError(message)
 
@@ -300,6 +311,8 @@ def run_coroutine_sync(coro: Awaitable[Any],
     that are not coroutines (objects with `__await__`) are wrapped in one, since the asyncio
     entry points take coroutines only.
     """
+    import asyncio
+
     if not asyncio.iscoroutine(coro):
         coro = _awaited(coro)
     if loop is not None:
@@ -337,7 +350,7 @@ class AsyncHook:
         if method is None:
             return
         outcome = method(ctx)
-        if inspect.isawaitable(outcome):
+        if _awaitable(outcome):
             run_coroutine_sync(outcome, loop=self.loop)
 
     def on_predict_start(self, ctx: PredictContext) -> None:
@@ -383,7 +396,7 @@ def _hook_name(method: Any) -> str:
 
 def _invoke(method: Any, ctx: PredictContext) -> None:
     outcome = method(ctx)
-    if inspect.isawaitable(outcome):
+    if _awaitable(outcome):
         run_coroutine_sync(outcome)
 
 

@@ -10,12 +10,14 @@ import copy
 import json
 import os
 import warnings
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .bundle import CONFIG, TOKENIZER_DIR, builtin_bundle_dir, check_config
+import numpy as np
+
+from .bundle import CONFIG, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir, check_config
 from .confidence import apply_gate, check_min_confidence
 from .decode import Temperatures, act_probabilities, decode_state, empty_payload
-from .encode import Encoder, collate, encode_rows, state_room
+from .encode import Encoder, Row, collate, encode_rows, length_groups, state_room
 from .hooks import HookArg, HookRegistry, PredictContext, PredictHookArg
 from .lifecycle import run_predict
 from .long import (StartProbe, aggregate_windows, check_scan_budget, default_window,
@@ -26,6 +28,9 @@ from .source import resolve, verify
 
 DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
+# Padded tokens per session run on a CPU (scripts/bench.py: runs of about a thousand tokens
+# answer faster than one big run); accelerators take each length group whole.
+CPU_RUN_TOKENS = 1024
 
 
 class ONNXAgent(HookRegistry):
@@ -167,15 +172,32 @@ class ONNXAgent(HookRegistry):
             answered: List[Optional[Dict[str, Any]]] = [None] * len(part)
             for offset in range(0, len(order), chunk):
                 indices = order[offset:offset + chunk]
-                rows = [row for i in indices for row in encoded[i]]
-                logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id),
-                                         io_binding=self.plan.device != "cpu")
-                act = act_probabilities(act_logits)
+                logits, act = self._run_rows([row for i in indices for row in encoded[i]])
                 for position, i in enumerate(indices):
                     answered[i] = decode_state(logits, act, position * len(parsed), encoded[i],
                                                parsed, heads, self.temperatures, lang)
             results.extend(answered)
         return results
+
+    def _run_rows(self, rows: List[Row]) -> Tuple[np.ndarray, np.ndarray]:
+        """Logits and P(act) for `rows`, in their order, from session runs of similar length."""
+        io_binding = self.plan.device != "cpu"
+        groups = length_groups([len(row.ids) for row in rows],
+                               None if io_binding else CPU_RUN_TOKENS)
+        if len(groups) == 1:
+            logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id),
+                                     io_binding=io_binding)
+            return logits, act_probabilities(act_logits)
+        width = max(MIN_MARKERS, max(len(row.markers) for row in rows))
+        logits = np.zeros((len(rows), width), dtype=np.float32)
+        act = np.zeros(len(rows), dtype=np.float32)
+        for group in groups:
+            part_logits, part_act = run(self.session,
+                                        collate([rows[i] for i in group], self.encoder.pad.id),
+                                        io_binding=io_binding)
+            logits[group, :part_logits.shape[1]] = part_logits
+            act[group] = act_probabilities(part_act)
+        return logits, act
 
     # -- long states ---------------------------------------------------------------------------
 

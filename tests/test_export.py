@@ -35,7 +35,7 @@ from laya_edge.export.reference import Reference  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("modernbert-tiny", "unigram-tiny", "minilm")
-STAGES = ("download", "build", "export", "optimise", "verify", "write")
+STAGES = ("download", "build", "export", "optimise", "verify", "fuse", "write")
 PROG = "python -m laya_edge.export"
 CONTRACT_INPUTS = [("input_ids", "int64", ["batch", "sequence"]),
                    ("attention_mask", "int64", ["batch", "sequence"]),
@@ -338,6 +338,10 @@ def test_manifest_hashes_every_file_and_reports_verification(bundles, checkpoint
     fp32 = manifest["variants"]["fp32"]
     assert fp32["precision"] == "fp32" and fp32["files"] == [fmt.GRAPH]
     assert fp32["optimisations"]
+    if kind == "minilm":  # a BERT encoder: its attention is fused, and the fused graph verified
+        fusions = [line for line in fp32["optimisations"] if line.startswith("onnxscript ORT")]
+        assert len(fusions) == 1 and "attention x6" in fusions[0]
+        assert manifest["graph"]["opset_imports"].get("com.microsoft") == 1
     report = fp32["verification"]
     assert report["skipped"] is False and report["passed"] is True
     assert report["argmax_agreement"] == 1.0 and report["disagreements"] == []
@@ -581,6 +585,8 @@ def test_json_summary_is_the_only_stdout_and_stages_are_logged(checkpoints, tmp_
     assert summary["verification"]["passed"] is True
     assert summary["verification"] == read_manifest(out)["variants"]["fp32"]["verification"]
     assert list(summary["stages"]) == list(STAGES)
+    assert sum("ORT fusions" in line for line in
+               read_manifest(out)["variants"]["fp32"]["optimisations"]) == 1
     assert all(seconds >= 0 for seconds in summary["stages"].values())
     assert summary["bytes"] == sum(e["bytes"] for e in read_manifest(out)["files"].values())
     for stage in STAGES:      # progress: every stage with its duration, on stderr
@@ -932,3 +938,13 @@ def test_recipe_defaults_out_to_the_directory_the_router_reads(tmp_path, monkeyp
     assert options.out == tmp_path / "models" / "typed-decisions"
     from laya_edge.bundle import default_bundle_dir
     assert default_bundle_dir("typed-decisions") == options.out
+
+
+def test_no_fuse_keeps_the_plain_graph(checkpoints, tmp_path, capsys):
+    out = tmp_path / "bundle"
+    code = cli.main([str(checkpoints["minilm"]), "--out", str(out), "--no-fuse", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 0 and "fuse" not in summary["stages"]
+    manifest = read_manifest(out)
+    assert not any("ORT fusions" in line for line in manifest["variants"]["fp32"]["optimisations"])
+    assert "com.microsoft" not in manifest["graph"]["opset_imports"]

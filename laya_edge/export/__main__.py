@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(int8: argmax agreement >= 99%%, fp16: >= 99.5%%, max |dp| <= 0.05)")
     parser.add_argument("--int8-embeddings", action="store_true",
                         help="also quantise the embedding table in the int8 variant (smaller)")
+    parser.add_argument("--no-fuse", dest="fuse", action="store_false",
+                        help="keep the plain ONNX graph: no onnxruntime fusions (attention, GELU, "
+                             "skip-layer-norm); the fused graph runs on onnxruntime only")
     parser.add_argument("--probe-seed", type=int, default=0,
                         help="seed of the generated verification probe set (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -105,7 +108,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         force=args.force, skip_verify=args.skip_verify, exporter=args.exporter,
         opset=args.opset or recipe.get("opset", DEFAULT_OPSET),
         external_data=args.external_data, shape_ranges=shapes, probe_seed=args.probe_seed,
-        precisions=precisions, int8_embeddings=args.int8_embeddings,
+        precisions=precisions, int8_embeddings=args.int8_embeddings, fuse=args.fuse,
         recipe=os.path.basename(args.recipe) if args.recipe else None)
 
 

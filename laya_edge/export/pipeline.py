@@ -26,6 +26,7 @@ from ..bundle import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER
                       TOKENIZER_FILES, digests, files_under, write_manifest)
 from ..tokenizer import load_tokenizer, special_tokens
 from . import checkpoint as ckpt
+from .fusion import fuse_for_ort
 from .graph import DEFAULT_OPSET, describe, export_graph
 from .precision import VARIANT_FILES, to_fp16, to_int8
 from .probes import probe_cases
@@ -52,6 +53,7 @@ class ExportOptions:
     shape_ranges: Dict[str, Dict[str, int]] = field(default_factory=dict)
     precisions: Tuple[str, ...] = ("fp32",)
     int8_embeddings: bool = False
+    fuse: bool = True
     probe_seed: int = 0
     recipe: Optional[str] = None
 
@@ -216,13 +218,20 @@ def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str,
                                       "onnxruntime"):
             report = _verified(graph_path, "fp32", runs, reference, skip=False)
             require_pass(report, graph_path)
-    variants = {"fp32": _variant_entry(build, GRAPH, "fp32", optimisations, report)}
+    variants = {}
     for precision in options.precisions:
         if precision == "fp32":
             continue
+        # From the plain graph: fp16 conversion breaks the fused attention kernels.
         with progress.stage(precision, f"building and verifying the {precision} variant"):
             variants[precision] = _reduced_variant(precision, options, build, graph_path,
                                                    graph_info["external_data"], runs, reference)
+    if options.fuse:
+        with progress.stage("fuse", "onnxruntime fusions (attention, GELU, skip-layer-norm)"):
+            report = _fused(graph_path, graph_info["external_data"], runs, reference, options,
+                            optimisations, progress) or report
+            graph_info.update(describe(graph_path))
+    variants = {"fp32": _variant_entry(build, GRAPH, "fp32", optimisations, report), **variants}
     tokenizer_dir = build / TOKENIZER_DIR
     specials = special_tokens(tokenizer_dir, load_tokenizer(tokenizer_dir))
     return {
@@ -239,6 +248,34 @@ def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str,
         "variants": variants,
         "files": digests(build, [name for name in files_under(build) if name != MANIFEST]),
     }
+
+
+def _fused(graph: Path, external: bool, runs: List[Any], reference: Any, options: ExportOptions,
+           optimisations: List[str], progress: Progress) -> Optional[Dict[str, Any]]:
+    """Replace the graph with its fused form when that passes verification too; the fused
+    graph's report, or None when the plain graph is kept."""
+    staging = graph.parent / "fused"
+    staging.mkdir()
+    candidate = staging / graph.name
+    try:
+        applied = fuse_for_ort(graph, candidate, external)
+        report = _verified(candidate, "fp32", runs, reference, options.skip_verify)
+    except Exception as exc:  # a rewriter failure costs speed, never the export
+        progress.log(f"fuse: kept the plain graph ({type(exc).__name__}: {exc})")
+        shutil.rmtree(staging)
+        return None
+    if not applied or not (report["passed"] or report["skipped"]):
+        progress.log("fuse: kept the plain graph (" + ("nothing to fuse" if not applied else
+                     "the fused graph failed verification") + ")")
+        shutil.rmtree(staging)
+        return None
+    _remove_graph(graph)
+    for produced in staging.iterdir():
+        produced.rename(graph.parent / produced.name)
+    staging.rmdir()
+    optimisations.append("onnxscript ORT fusions: " + ", ".join(
+        f"{name} x{count}" for name, count in sorted(applied.items())))
+    return report
 
 
 def _verified(graph: Path, precision: str, runs: List[Any], reference: Any,

@@ -1,0 +1,451 @@
+#!/usr/bin/env python3
+"""Benchmark laya_edge next to its peers on the same checkpoint and the same inputs.
+
+For every checkpoint kind (default: a ModernBERT-base-shaped random checkpoint and the MiniLM
+real-encoder checkpoint, both written by scripts/make_checkpoint.py) the script
+
+1. builds what each runtime needs from that one checkpoint: the laya_edge bundle
+   (`python -m laya_edge.export --precision fp32,int8`), and edgejev's directory with its own
+   `edgejev build` (int8, keeping its fp32 graph for the fp32 row);
+2. runs every runtime in fresh processes on the same support-ticket states (40 to 300 words) and
+   questions:
+
+       laya_edge            each precision in the bundle (`laya_edge.load(bundle, precision=..)`)
+       upstream-onnx        upstream `laya.onnx_agent.ONNXAgent` on the bundle's fp32 graph
+       upstream-torch       upstream `laya.load(checkpoint, device="cpu")`
+       edgejev              `edgejev.Agent` on its fp32 and int8 builds
+
+   recording `import` time, construction time, the first answer in a cold process, p50/p90
+   latency of 1 state x 1 question and 1 x 10 mixed questions, questions/s of 32 states x 4
+   questions, peak RSS and the size on disk; and, against upstream torch's answers to the 32 x 4
+   batch, argmax agreement and max |delta p|;
+3. prints a markdown table and the acceptance ratios of issue 7, and writes JSON (--json) and
+   the table (--markdown).
+
+    python scripts/bench.py --work /tmp/bench --json bench.json --markdown bench.md
+    python scripts/bench.py --kinds minilm --iters 10 --rounds 2      # quicker
+
+The laya_edge bundle is exported with `--skip-verify`: export verification refuses int8 graphs
+of random checkpoints (see docs/export.md); here the agreement columns measure every runtime,
+int8 included, against upstream torch on the benchmark's own inputs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from laya_edge.bundle import MANIFEST
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_KINDS = ("modernbert-base", "minilm")
+
+DEPARTMENTS = {
+    "billing": ["I was charged twice for my subscription this month",
+                "the invoice shows a fee I never agreed to",
+                "my card was billed after I cancelled the plan",
+                "the refund you promised has still not arrived"],
+    "technical": ["the app crashes every time I open the reports page",
+                  "I cannot log in since the last update, it says my token expired",
+                  "the export to CSV produces an empty file",
+                  "sync between the desktop and mobile apps stopped working"],
+    "shipping": ["my parcel has been stuck in transit for nine days",
+                 "the tracking number you sent does not exist",
+                 "the box arrived damaged and two items are missing",
+                 "the courier left the package at the wrong address"],
+    "account": ["I need to change the e-mail address on my account",
+                "please delete my account and all data you hold about me",
+                "someone else seems to have access to my profile",
+                "I want to add two colleagues to our team workspace"],
+    "sales": ["we are considering the enterprise plan for forty seats",
+              "can you send a quote for an annual licence with support",
+              "is there a discount for non-profit organisations",
+              "we would like a demo of the analytics module next week"],
+}
+URGENCY = ["This is urgent, we have a deadline tomorrow morning.",
+           "No rush, whenever you get a chance.",
+           "Please treat this as a priority, it blocks our whole team.",
+           "I have been waiting for days and nobody answers.",
+           "It is not critical but it is annoying."]
+MOOD = ["I am really disappointed with how this has been handled.",
+        "Thanks for your help, your team has always been great.",
+        "If this is not fixed this week I will cancel and move to a competitor.",
+        "I am sure it is just a small mix-up.",
+        "Frankly this is unacceptable for a paid service."]
+FILLER = ["I tried restarting and clearing the cache as suggested in the help centre.",
+          "Our company has used your product for about three years.",
+          "I attached a screenshot of the error message and the order confirmation.",
+          "My colleague had the same issue last month and it was solved by support.",
+          "The order number is 48213 and the account is registered under my work address.",
+          "I called the hotline yesterday but the line was busy for an hour.",
+          "We use the service in four offices across two countries.",
+          "I read the documentation twice but could not find anything about this case.",
+          "Last time a similar ticket took two weeks to be resolved.",
+          "Could you also confirm whether this affects our other subscriptions?"]
+
+QUESTIONS10 = {
+    "department": {"type": "choice", "instructions": "Which team should handle this ticket?",
+                   "criteria": {"billing": "payments, invoices, refunds",
+                                "technical": "bugs, errors, login problems",
+                                "shipping": "deliveries, parcels, tracking",
+                                "account": "profile, access, data requests",
+                                "sales": "quotes, plans, demos"}},
+    "urgent": {"type": "noul", "instructions": "The customer needs an answer today."},
+    "anger": {"type": "score", "instructions": "How upset is the customer?",
+              "criteria": ["calm", "annoyed", "angry", "furious"]},
+    "refund": {"type": "noul", "instructions": "The customer asks for money back."},
+    "churn": {"type": "score", "instructions": "How likely is the customer to leave?",
+              "criteria": ["unlikely", "possible", "likely"]},
+    "channel": {"type": "choice", "instructions": "How should we reply?",
+                "criteria": ["email", "phone call", "in-app message"]},
+    "escalate": {"type": "noul", "instructions": "A manager should look at this."},
+    "priority": {"type": "score", "instructions": "Ticket priority",
+                 "criteria": ["P4", "P3", "P2", "P1"]},
+    "product": {"type": "choice", "instructions": "Which product is concerned?",
+                "criteria": ["mobile app", "web dashboard", "api", "hardware", "subscription",
+                             "unknown"]},
+    "security": {"type": "noul", "instructions": "The ticket reports a security problem."},
+}
+QUESTIONS1 = {"department": QUESTIONS10["department"]}
+QUESTIONS4 = {key: QUESTIONS10[key] for key in ("department", "urgent", "anger", "refund")}
+
+
+def tickets(count: int, seed: int = 7) -> List[str]:
+    """Support tickets of 40 to 300 words, deterministic for a seed."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        department = rng.choice(sorted(DEPARTMENTS))
+        target = rng.randint(40, 300)
+        sentences = [f"Hello, {rng.choice(DEPARTMENTS[department])}.", rng.choice(URGENCY),
+                     rng.choice(MOOD)]
+        while sum(len(s.split()) for s in sentences) < target:
+            sentences.insert(rng.randint(1, len(sentences)), rng.choice(FILLER + [
+                f"Also, {rng.choice(DEPARTMENTS[department])}."]))
+        words = " ".join(sentences).split()[:target]
+        out.append(" ".join(words))
+    return out
+
+
+CHILD = r'''
+import json, resource, statistics, sys, time, warnings
+T0 = time.perf_counter()
+warnings.simplefilter("ignore")
+spec = json.loads(sys.argv[1])
+inputs = json.load(open(spec["inputs"], encoding="utf-8"))
+states, iters, rounds = inputs["states"], spec["iters"], spec["rounds"]
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+kind = spec["kind"]
+if kind == "laya_edge":
+    import laya_edge
+    make = lambda: laya_edge.load(spec["path"], device="cpu", precision=spec["precision"])
+elif kind == "upstream-onnx":
+    from laya.onnx_agent import ONNXAgent
+    make = lambda: ONNXAgent(spec["path"], onnx_path=spec["path"] + "/laya.onnx")
+elif kind == "upstream-torch":
+    import laya
+    make = lambda: laya.load(spec["path"], device="cpu")
+else:
+    from edgejev import Agent
+    make = lambda: Agent(spec["path"])
+t1 = time.perf_counter()
+out = {"import_s": t1 - T0}
+agent = make()
+t2 = time.perf_counter()
+out["construct_s"] = t2 - t1
+agent.system_one(states[0], inputs["q4"])
+t3 = time.perf_counter()
+out["first_s"], out["ready_s"], out["loaded_peak_mb"] = t3 - t2, t3 - T0, peak_mb()
+
+def batch(qs):
+    if hasattr(agent, "predict_batch"):
+        return agent.predict_batch(states, qs)
+    return [agent.system_one(state, qs) for state in states]
+
+def latencies(qs):
+    for state in states[:3]:
+        agent.system_one(state, qs)
+    times = []
+    for i in range(iters):
+        start = time.perf_counter()
+        agent.system_one(states[i % len(states)], qs)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {"p50_ms": 1e3 * statistics.median(times),
+            "p90_ms": 1e3 * times[min(len(times) - 1, int(0.9 * len(times)))]}
+
+out["1x1"] = latencies(inputs["q1"])
+out["1x10"] = latencies(inputs["q10"])
+times, answers = [], None
+for _ in range(rounds):
+    start = time.perf_counter()
+    answers = batch(inputs["q4"])
+    times.append(time.perf_counter() - start)
+out["32x4"] = {"s_per_batch": statistics.median(times),
+               "questions_per_s": len(states) * len(inputs["q4"]) / statistics.median(times)}
+out["peak_mb"] = peak_mb()
+out["answers"] = [a["answers"] for a in answers]
+print("BENCH " + json.dumps(out))
+'''
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def child_env() -> Dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+
+
+def call(command: Sequence[str], what: str, quiet: bool = False) -> str:
+    if not quiet:
+        log(f"  {what}: {' '.join(command)}")
+    done = subprocess.run(list(command), capture_output=True, text=True, env=child_env())
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed ({done.returncode}):\n{done.stdout[-2000:]}"
+                         f"\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def size_mb(paths: Sequence[Path]) -> float:
+    total = 0
+    for path in paths:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        total += sum(p.stat().st_size for p in files)
+    return total / 1e6
+
+
+def prepare(kind: str, work: Path) -> Dict[str, Path]:
+    """The checkpoint, the laya_edge bundle and edgejev's fp32/int8 directories for a kind."""
+    checkpoint, bundle = work / "checkpoints" / kind, work / "bundles" / kind
+    edge_int8, edge_fp32 = work / "edgejev" / f"{kind}-int8", work / "edgejev" / f"{kind}-fp32"
+    if not (checkpoint / "rl_agent_config.json").exists():
+        call([sys.executable, str(REPO / "scripts" / "make_checkpoint.py"), "--kind", kind,
+              "--out", str(checkpoint)], f"{kind}: checkpoint")
+    if not (bundle / MANIFEST).exists():
+        call([sys.executable, "-m", "laya_edge.export", str(checkpoint), "--out", str(bundle),
+              "--precision", "fp32,int8", "--skip-verify", "--quiet"], f"{kind}: laya_edge export")
+    if not (edge_int8 / "edgejev.json").exists():
+        shutil.rmtree(edge_int8, ignore_errors=True)
+        call([sys.executable, "-m", "edgejev.cli", "build", "--backend", "laya", "--model",
+              str(checkpoint), "--out", str(edge_int8), "--precision", "int8", "--keep-fp32"],
+             f"{kind}: edgejev build")
+    if not (edge_fp32 / "edgejev.json").exists():
+        # `edgejev build --precision fp32` moves the same exported graph into place; reuse the
+        # one `--keep-fp32` kept instead of exporting the checkpoint a second time.
+        edge_fp32.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(edge_int8 / "_fp32.onnx", edge_fp32 / "model.onnx")
+        shutil.copyfile(edge_int8 / "tokenizer.json", edge_fp32 / "tokenizer.json")
+        config = json.loads((edge_int8 / "edgejev.json").read_text(encoding="utf-8"))
+        config.update(onnx_file="model.onnx", precision="fp32")
+        (edge_fp32 / "edgejev.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+        (edge_int8 / "_fp32.onnx").unlink()
+    return {"checkpoint": checkpoint, "bundle": bundle, "edgejev-int8": edge_int8,
+            "edgejev-fp32": edge_fp32}
+
+
+def runtimes(paths: Dict[str, Path]) -> List[Dict[str, Any]]:
+    manifest = json.loads((paths["bundle"] / MANIFEST).read_text(encoding="utf-8"))
+    rows = []
+    for precision, entry in manifest["variants"].items():
+        rows.append({"name": f"laya_edge {precision}", "kind": "laya_edge",
+                     "path": str(paths["bundle"]), "precision": precision,
+                     "size_mb": size_mb([paths["bundle"] / f for f in entry["files"]]
+                                        + [paths["bundle"] / "tokenizer"])})
+    graph = [paths["bundle"] / f for f in manifest["variants"]["fp32"]["files"]]
+    rows.append({"name": "upstream ONNXAgent fp32", "kind": "upstream-onnx",
+                 "path": str(paths["bundle"]), "precision": "fp32",
+                 "size_mb": size_mb(graph + [paths["bundle"] / "tokenizer"])})
+    rows.append({"name": "upstream torch fp32", "kind": "upstream-torch",
+                 "path": str(paths["checkpoint"]), "precision": "fp32",
+                 "size_mb": size_mb([paths["checkpoint"]])})
+    for precision in ("fp32", "int8"):
+        directory = paths[f"edgejev-{precision}"]
+        rows.append({"name": f"edgejev {precision}", "kind": "edgejev",
+                     "path": str(directory), "precision": precision,
+                     "size_mb": size_mb([directory])})
+    return rows
+
+
+def run_child(spec: Dict[str, Any]) -> Dict[str, Any]:
+    stdout = call([sys.executable, "-c", CHILD, json.dumps(spec)], spec["name"], quiet=True)
+    line = next(l for l in reversed(stdout.splitlines()) if l.startswith("BENCH "))
+    return json.loads(line[len("BENCH "):])
+
+
+def import_times(repeat: int) -> Dict[str, float]:
+    """Median wall time of `import X` in a fresh interpreter (interpreter start excluded)."""
+    code = ("import sys, time; t = time.perf_counter(); import {0}; "
+            "print(time.perf_counter() - t)")
+    result = {}
+    for module in ("laya_edge", "laya", "edgejev"):
+        samples = [float(call([sys.executable, "-c", code.format(module)], f"import {module}", quiet=True))
+                   for _ in range(repeat)]
+        result[module] = statistics.median(samples)
+    return result
+
+
+def probabilities(answer: Dict[str, Any]) -> List[float]:
+    if answer["type"] == "noul":
+        return [1.0 - answer["noul"], answer["noul"]]
+    return list(answer["probabilities"].values())
+
+
+def agreement(answers: List[Dict[str, Any]], reference: List[Dict[str, Any]]) -> Dict[str, float]:
+    same = total = 0
+    worst = 0.0
+    for mine, theirs in zip(answers, reference):
+        for qid, expected in theirs.items():
+            p, q = probabilities(mine[qid]), probabilities(expected)
+            same += max(range(len(p)), key=p.__getitem__) == max(range(len(q)), key=q.__getitem__)
+            total += 1
+            worst = max(worst, max(abs(a - b) for a, b in zip(p, q)))
+    return {"argmax_agreement": same / total, "max_abs_p": worst}
+
+
+def bench_kind(kind: str, work: Path, inputs: Path, iters: int, rounds: int) -> Dict[str, Any]:
+    log(f"{kind}: preparing")
+    paths = prepare(kind, work)
+    results = []
+    for spec in runtimes(paths):
+        log(f"{kind}: {spec['name']}")
+        measured = run_child(dict(spec, inputs=str(inputs), iters=iters, rounds=rounds))
+        results.append(dict(spec, **measured))
+    reference = next(r for r in results if r["kind"] == "upstream-torch")["answers"]
+    for row in results:
+        row.update(agreement(row.pop("answers"), reference))
+    return {"kind": kind, "runtimes": results}
+
+
+def find(rows: List[Dict[str, Any]], name: str) -> Optional[Dict[str, Any]]:
+    return next((row for row in rows if row["name"] == name), None)
+
+
+def ratios(kind_result: Dict[str, Any], imports: Dict[str, float]) -> List[Dict[str, Any]]:
+    """Issue 7's acceptance ratios, each with its bar and whether this run met it."""
+    rows = kind_result["runtimes"]
+    edge, edge8 = find(rows, "laya_edge fp32"), find(rows, "laya_edge int8")
+    onnx, jev32, jev8 = (find(rows, "upstream ONNXAgent fp32"), find(rows, "edgejev fp32"),
+                         find(rows, "edgejev int8"))
+    checks = [
+        ("import laya_edge / import laya", imports["laya_edge"] / imports["laya"], "<=", 1 / 20),
+        ("cold first answer vs upstream ONNXAgent", edge["ready_s"] / onnx["ready_s"], "<=", 1 / 3),
+        ("p50 1x1 vs upstream ONNXAgent", edge["1x1"]["p50_ms"] / onnx["1x1"]["p50_ms"], "<=", 0.7),
+        ("p50 1x10 vs upstream ONNXAgent", edge["1x10"]["p50_ms"] / onnx["1x10"]["p50_ms"], "<=",
+         0.6),
+        ("32x4 questions/s vs upstream ONNXAgent", edge["32x4"]["questions_per_s"]
+         / onnx["32x4"]["questions_per_s"], ">=", 1.5),
+        ("peak RSS loaded vs upstream ONNXAgent", edge["loaded_peak_mb"] / onnx["loaded_peak_mb"],
+         "<=", 0.5),
+        ("p50 1x1 fp32 vs edgejev fp32", edge["1x1"]["p50_ms"] / jev32["1x1"]["p50_ms"], "<=", 1.0),
+        ("p50 1x10 fp32 vs edgejev fp32", edge["1x10"]["p50_ms"] / jev32["1x10"]["p50_ms"], "<=",
+         1.0),
+        ("32x4 q/s fp32 vs edgejev fp32", edge["32x4"]["questions_per_s"]
+         / jev32["32x4"]["questions_per_s"], ">=", 1.0),
+        ("cold first answer fp32 vs edgejev fp32", edge["ready_s"] / jev32["ready_s"], "<=", 1.0),
+    ]
+    if edge8 is not None:
+        checks += [
+            ("p50 1x1 int8 vs edgejev int8", edge8["1x1"]["p50_ms"] / jev8["1x1"]["p50_ms"], "<=",
+             1.0),
+            ("p50 1x1 fp32 / int8 (speed-up)", edge["1x1"]["p50_ms"] / edge8["1x1"]["p50_ms"],
+             ">=", 1.8),
+            ("int8 argmax agreement vs torch", edge8["argmax_agreement"], ">=", 0.99),
+            ("int8 max |dp| vs torch", edge8["max_abs_p"], "<=", 0.05),
+        ]
+    return [{"check": name, "value": value, "bar": f"{op} {bar:.3g}",
+             "met": value <= bar if op == "<=" else value >= bar}
+            for name, value, op, bar in checks]
+
+
+def markdown(report: Dict[str, Any]) -> str:
+    lines = [f"Machine: {report['machine']}", "",
+             "`import` (fresh interpreter, median): " + ", ".join(
+                 f"{name} {seconds * 1e3:.0f} ms" for name, seconds in report["imports"].items()),
+             ""]
+    for kind in report["kinds"]:
+        lines += [f"### {kind['kind']}", "",
+                  "| runtime | import s | construct s | cold first answer s | 1x1 p50/p90 ms | "
+                  "1x10 p50/p90 ms | 32x4 q/s | peak RSS MB (loaded / end) | size MB | "
+                  "argmax agreement vs torch | max abs dp |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in kind["runtimes"]:
+            lines.append(
+                f"| {r['name']} | {r['import_s']:.2f} | {r['construct_s']:.2f} | "
+                f"{r['ready_s']:.2f} | {r['1x1']['p50_ms']:.1f} / {r['1x1']['p90_ms']:.1f} | "
+                f"{r['1x10']['p50_ms']:.1f} / {r['1x10']['p90_ms']:.1f} | "
+                f"{r['32x4']['questions_per_s']:.1f} | {r['loaded_peak_mb']:.0f} / "
+                f"{r['peak_mb']:.0f} | {r['size_mb']:.1f} | {r['argmax_agreement']:.4f} | "
+                f"{r['max_abs_p']:.4f} |")
+        lines += ["", "| check | value | bar | met |", "|---|---|---|---|"]
+        lines += [f"| {c['check']} | {c['value']:.3f} | {c['bar']} | "
+                  f"{'yes' if c['met'] else 'NO'} |" for c in kind["ratios"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import onnxruntime
+    return (f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+            f"onnxruntime {onnxruntime.__version__}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
+                        help="checkpoint kinds of scripts/make_checkpoint.py, comma-separated")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where checkpoints and builds are kept between runs "
+                             "(default: a temporary directory)")
+    parser.add_argument("--iters", type=int, default=30, help="timed calls per latency figure")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timed 32x4 batches (the runtimes are warm from the latency runs)")
+    parser.add_argument("--imports", type=int, default=5, help="fresh interpreters per import")
+    parser.add_argument("--json", type=Path, help="write the full report here")
+    parser.add_argument("--markdown", type=Path, help="write the markdown table here")
+    args = parser.parse_args(argv)
+    work = args.work or Path(tempfile.mkdtemp(prefix="laya-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    inputs = work / "inputs.json"
+    inputs.write_text(json.dumps({"states": tickets(32), "q1": QUESTIONS1, "q10": QUESTIONS10,
+                                  "q4": QUESTIONS4}), encoding="utf-8")
+    imports = import_times(args.imports)
+    kinds = []
+    for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
+        result = bench_kind(kind, work, inputs, args.iters, args.rounds)
+        result["ratios"] = ratios(result, imports)
+        kinds.append(result)
+    report = {"machine": machine(), "imports": imports, "kinds": kinds,
+              "settings": {"iters": args.iters, "rounds": args.rounds}}
+    table = markdown(report)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    if args.markdown:
+        args.markdown.write_text(table + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""scripts/bench.py: its inputs, its arithmetic, and one end-to-end run on a tiny checkpoint."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from modules import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+bench = load_file(ROOT / "scripts" / "bench.py")
+
+
+def test_tickets_are_deterministic_support_texts_of_40_to_300_words():
+    texts = bench.tickets(32)
+    assert texts == bench.tickets(32) and len(set(texts)) == 32
+    counts = [len(text.split()) for text in texts]
+    assert min(counts) >= 40 and max(counts) <= 300 and max(counts) - min(counts) > 100
+
+
+def test_questions_mix_every_type():
+    assert len(bench.QUESTIONS10) == 10 and len(bench.QUESTIONS4) == 4
+    assert {q["type"] for q in bench.QUESTIONS10.values()} == {"choice", "score", "noul"}
+
+
+def test_agreement_counts_argmax_and_the_largest_probability_gap():
+    reference = [{"a": {"type": "noul", "noul": 0.9},
+                  "b": {"type": "choice", "probabilities": {"x": 0.6, "y": 0.4}}}]
+    same = [{"a": {"type": "noul", "noul": 0.88},
+             "b": {"type": "choice", "probabilities": {"x": 0.55, "y": 0.45}}}]
+    flipped = [{"a": {"type": "noul", "noul": 0.3},
+                "b": {"type": "choice", "probabilities": {"x": 0.6, "y": 0.4}}}]
+    result = bench.agreement(same, reference)
+    assert result["argmax_agreement"] == 1.0 and abs(result["max_abs_p"] - 0.05) < 1e-12
+    result = bench.agreement(flipped, reference)
+    assert result["argmax_agreement"] == 0.5 and abs(result["max_abs_p"] - 0.6) < 1e-12
+
+
+def test_end_to_end_on_a_tiny_checkpoint(tmp_path):
+    """Every runtime of the table runs in its own process on one generated checkpoint, and the
+    report carries the figures and the acceptance ratios computed from them."""
+    out = tmp_path / "bench.json"
+    table = tmp_path / "bench.md"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--kinds",
+                           "modernbert-tiny", "--work", str(tmp_path / "work"), "--iters", "3",
+                           "--rounds", "1", "--imports", "1", "--json", str(out),
+                           "--markdown", str(table)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(out.read_text())
+    (kind,) = report["kinds"]
+    names = [row["name"] for row in kind["runtimes"]]
+    assert names == ["laya_edge fp32", "laya_edge int8", "upstream ONNXAgent fp32",
+                     "upstream torch fp32", "edgejev fp32", "edgejev int8"]
+    for row in kind["runtimes"]:
+        assert row["1x1"]["p50_ms"] > 0 and row["1x10"]["p90_ms"] >= row["1x10"]["p50_ms"]
+        assert row["32x4"]["questions_per_s"] > 0 and row["peak_mb"] >= row["loaded_peak_mb"] > 0
+        assert row["size_mb"] > 0 and 0 <= row["argmax_agreement"] <= 1
+    torch_row = kind["runtimes"][3]
+    assert torch_row["argmax_agreement"] == 1.0 and torch_row["max_abs_p"] == 0.0
+    assert kind["runtimes"][0]["argmax_agreement"] == 1.0  # fp32 answers as torch does
+    checks = {check["check"]: check for check in kind["ratios"]}
+    edge, onnx = kind["runtimes"][0], kind["runtimes"][2]
+    ratio = checks["p50 1x1 vs upstream ONNXAgent"]
+    assert ratio["value"] == edge["1x1"]["p50_ms"] / onnx["1x1"]["p50_ms"]
+    assert ratio["met"] == (ratio["value"] <= 0.7)
+    assert "| laya_edge fp32 |" in table.read_text() and "| check | value | bar | met |" in \
+        table.read_text()

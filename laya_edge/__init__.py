@@ -27,7 +27,7 @@ __all__ = ["Agent", "AsyncHook", "BaseHook", "DEFAULT_MODELS", "Hook", "ONNXAgen
            "detect_script", "hooks", "is_english", "load", "__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """Resolve the runtime names on first use, so `import laya_edge` stays cheap."""
     if name in _LAZY:
         from importlib import import_module

@@ -21,8 +21,11 @@ from collections.abc import Awaitable as _Awaitable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import CoroutineType, GeneratorType
-from typing import (Any, Awaitable, Callable, ContextManager, Dict, Iterator, List, Optional,
+from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ContextManager, Dict, Iterator, List, Optional,
                     Protocol, Sequence, Union)
+
+if TYPE_CHECKING:  # annotations only: asyncio loads when a hook returns an awaitable
+    import asyncio
 
 __all__ = [
     "PredictContext", "Hook", "BaseHook", "AsyncHook", "PredictHook", "HookArg",

@@ -313,7 +313,7 @@ def agreement(answers: List[Dict[str, Any]], reference: List[Dict[str, Any]]) ->
             same += max(range(len(p)), key=p.__getitem__) == max(range(len(q)), key=q.__getitem__)
             total += 1
             worst = max(worst, max(abs(a - b) for a, b in zip(p, q)))
-    return {"argmax_agreement": same / total, "max_abs_p": worst}
+    return {"answers": total, "argmax_agreement": same / max(1, total), "max_abs_p": worst}
 
 
 def bench_kind(kind: str, work: Path, inputs: Path, iters: int, rounds: int) -> Dict[str, Any]:

@@ -29,6 +29,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from bench import agreement  # scripts/ is on the path when a script runs
+
 REPO = Path(__file__).resolve().parents[1]
 TICKETS = [
     "I was charged twice for my subscription this month, please refund one of the payments.",
@@ -109,21 +111,9 @@ def figures(single: Callable[[Any, Dict], Any], batch: Callable[[List[Any], Dict
 
 
 def compare(reference: List[Dict], candidate: List[Dict]) -> Dict[str, Any]:
-    agree = total = 0
-    worst = 0.0
-    for ref, got in zip(reference, candidate):
-        for qid, expected in ref["answers"].items():
-            answer = got["answers"][qid]
-            total += 1
-            if expected["type"] == "noul":
-                agree += (expected["noul"] > 0.5) == (answer["noul"] > 0.5)
-                worst = max(worst, abs(expected["noul"] - answer["noul"]))
-            else:
-                probs, mine = expected["probabilities"], answer["probabilities"]
-                agree += max(probs, key=probs.get) == max(mine, key=mine.get)
-                worst = max(worst, *(abs(probs[k] - mine[k]) for k in probs))
-    return {"answers": total, "argmax_agreement": round(agree / max(1, total), 4),
-            "max_abs_p": round(worst, 4)}
+    """scripts/bench.py's agreement of two runs' payloads (state by state)."""
+    return agreement([result["answers"] for result in candidate],
+                     [result["answers"] for result in reference])
 
 
 def laya_edge_runtime(bundle: Path, device: str, precision: str):

@@ -4,7 +4,6 @@ import random
 
 import pytest
 
-from laya_edge import encode
 from laya_edge.encode import LENGTH_STEP, RUN_OVERHEAD_TOKENS, length_groups
 
 

@@ -85,15 +85,15 @@ def _pick_precision(precision: Optional[str], device: str, variants: Mapping[str
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
     if name == "auto":
         preferred = "int8" if device == "cpu" else "fp16"
-        chosen = preferred if preferred in variants else "fp32"
+        chosen = next(p for p in (preferred, "fp32", *PRECISIONS[1:]) if p in variants)
         reasons.append(f"precision=auto on {device}: {chosen}"
                        + ("" if chosen == preferred else f" (the bundle has no {preferred} "
                                                          "variant)"))
         return chosen
     if name not in variants:
-        raise ValueError(f"this bundle has no {name} variant (it has {sorted(variants)}); "
-                         f"export one with `python -m laya_edge.export ... --precision "
-                         f"fp32,{name}`")
+        how = ("re-export it without --ship" if name == "fp32" else
+               f"export one with `python -m laya_edge.export ... --precision fp32,{name}`")
+        raise ValueError(f"this bundle has no {name} variant (it has {sorted(variants)}); {how}")
     reasons.append(f"precision={name}: as asked")
     return name
 
@@ -179,6 +179,10 @@ def plan(device: Optional[str], precision: Optional[str], available: Sequence[st
         reasons.append("providers=: used exactly as given")
     elif chosen == "tensorrt":
         # TensorRT reduces precision itself; it is fed the fp32 graph.
+        if "fp32" not in variants:
+            raise ValueError(f"device={kind!r} builds its engine from the fp32 graph, which this "
+                             f"bundle does not ship (it has {sorted(variants)}); re-export "
+                             "without --ship or run on device='cuda'")
         graph = variants["fp32"]
         cache = tensorrt_cache_dir(graph_sha256, _gpu_name(device_id), _tensorrt_version(),
                                    trt_cache_root)

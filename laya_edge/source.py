@@ -78,14 +78,15 @@ def _missing_graph(onnx_path: Any) -> FileNotFoundError:
 def _variants(directory: Path, onnx_path: Optional[str],
               manifest: Optional[Dict[str, Any]]) -> Dict[str, Path]:
     if onnx_path is None and manifest is not None:
-        variants = {}
-        for precision, entry in (manifest.get("variants") or {}).items():
-            graph = inside(directory, entry["files"][0])
-            if graph.is_file():
-                variants[precision] = graph
-            elif precision == "fp32":
-                raise _missing_graph(entry["files"][0])
-        return variants
+        listed = manifest.get("variants") or {}
+        variants = {precision: inside(directory, entry["files"][0])
+                    for precision, entry in listed.items()}
+        present = {precision: graph for precision, graph in variants.items() if graph.is_file()}
+        # fp32 is the bundle's reference graph: listed but gone means a damaged bundle. A
+        # bundle exported with --ship may leave it out and carry only reduced variants.
+        if "fp32" in variants and "fp32" not in present or not present:
+            raise _missing_graph(listed.get("fp32", {"files": [GRAPH]})["files"][0])
+        return present
     candidate = Path(onnx_path or GRAPH)
     if not candidate.is_absolute() and (directory / candidate).is_file():
         candidate = directory / candidate

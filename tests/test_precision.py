@@ -17,7 +17,7 @@ from laya_edge import session as S
 from laya_edge.bundle import read_manifest
 from laya_edge.export import ExportOptions, Progress, VerificationError, export_bundle
 from laya_edge.export import __main__ as cli
-from laya_edge.export.precision import decision_head_nodes, parse_precisions
+from laya_edge.export.precision import decision_head_nodes, parse_precisions, parse_ship
 from laya_edge.export.verify import THRESHOLDS
 
 QUESTIONS = {
@@ -55,6 +55,49 @@ def test_parse_precisions_keeps_fp32_as_the_reference():
     assert parse_precisions("fp16, int8,fp32") == ("fp32", "fp16", "int8")
     with pytest.raises(ValueError, match="unknown precision 'bf16'"):
         parse_precisions("fp16,bf16")
+
+
+def test_parse_ship_names_built_variants_only():
+    assert parse_ship("int8", ("fp32", "int8")) == ("int8",)
+    assert parse_ship("int8, fp32", ("fp32", "int8")) == ("fp32", "int8")
+    with pytest.raises(ValueError, match="'fp16' is not among the variants built"):
+        parse_ship("fp16", ("fp32", "int8"))
+    with pytest.raises(ValueError, match="at least one variant"):
+        parse_ship(" , ", ("fp32",))
+
+
+def test_ship_without_building_the_variant_is_a_usage_error(capsys, tmp_path):
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["ckpt", "--out", str(tmp_path / "o"), "--ship", "int8"])
+    err = capsys.readouterr().err.splitlines()
+    assert raised.value.code == 2 and "--ship" in err[-1] and "add it to --precision" in err[-1]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_bundle_shipping_only_a_reduced_variant(checkpoints, bundles, tmp_path):
+    """--ship fp16: the fp32 graph is verified, then left out of the bundle and its manifest."""
+    from laya_edge import ONNXAgent
+
+    out = tmp_path / "fp16-only"
+    summary = export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
+                                          exporter="torchscript", precisions=("fp32", "fp16"),
+                                          ship=("fp16",)),
+                            Progress(quiet=True))
+    manifest = json.loads((out / "laya_edge.json").read_text())
+    assert list(manifest["variants"]) == ["fp16"] and list(summary["variants"]) == ["fp16"]
+    assert not (out / "laya.onnx").exists() and "laya.onnx" not in manifest["files"]
+    assert summary["verification"]["passed"]        # fp32 was still verified
+    agent = ONNXAgent(str(out))
+    assert agent.runtime_info()["precision"] == "fp16"
+    fp32 = ONNXAgent(str(bundles["modernbert-tiny"]))
+    state, questions = "My card was charged twice", {
+        "urgent": {"type": "noul", "instructions": "Is this urgent?"}}
+    ours = agent.system_one(state, questions)["answers"]["urgent"]["noul"]
+    assert ours == pytest.approx(fp32.system_one(state, questions)["answers"]["urgent"]["noul"],
+                                 abs=THRESHOLDS["fp16"]["max_abs_p"])
+    with pytest.raises(ValueError, match=r"no fp32 variant \(it has \['fp16'\]\); re-export "
+                                         "it without --ship"):
+        ONNXAgent(str(out), precision="fp32")
 
 
 def test_bad_precision_argument_is_one_line(capsys, tmp_path):
@@ -187,6 +230,17 @@ def test_auto_precision_falls_back_to_fp32_without_the_preferred_variant():
     chosen = S.plan(None, None, [S.CPU], {"fp32": "laya.onnx"})
     assert chosen.precision == "fp32"
     assert chosen.reasons[1] == "precision=auto on cpu: fp32 (the bundle has no int8 variant)"
+
+
+def test_plan_for_a_bundle_without_fp32():
+    int8_only = {"int8": "laya.int8.onnx"}
+    assert S.plan(None, None, [S.CPU], int8_only).precision == "int8"
+    chosen = S.plan("cuda", None, [S.CUDA, S.CPU], int8_only)
+    assert (chosen.device, chosen.precision) == ("cuda", "int8")
+    assert "the bundle has no fp16 variant" in chosen.reasons[1]
+    with pytest.raises(ValueError, match="builds its engine from the fp32 graph, which this "
+                                         r"bundle does not ship \(it has \['int8'\]\)"):
+        S.plan("tensorrt", None, [S.TENSORRT, S.CUDA, S.CPU], int8_only)
 
 
 def test_missing_variant_and_bad_values_are_clear_errors():

@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="variants to build, comma-separated from fp32,fp16,int8 (fp32 is "
                              "always kept as the reference); each is verified against PyTorch "
                              "(int8: argmax agreement >= 99%%, fp16: >= 99.5%%, max |dp| <= 0.05)")
+    parser.add_argument("--ship", metavar="LIST",
+                        help="variants whose graphs go into the bundle (default: every one "
+                             "built); e.g. --precision int8 --ship int8 for a small CPU-only "
+                             "bundle, fp32 still verified but not written")
     parser.add_argument("--int8-embeddings", action="store_true",
                         help="also quantise the embedding table in the int8 variant (smaller)")
     parser.add_argument("--no-fuse", dest="fuse", action="store_false",
@@ -82,7 +86,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     from ..bundle import default_bundle_dir
     from .graph import DEFAULT_OPSET
     from .pipeline import ExportOptions, read_recipe
-    from .precision import parse_precisions
+    from .precision import parse_precisions, parse_ship
 
     recipe = read_recipe(args.recipe) if args.recipe else {}
     source = args.source or recipe.get("repo")
@@ -92,6 +96,10 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         precisions = parse_precisions(args.precision)
     except ValueError as exc:
         parser.error(f"argument --precision: {exc}")
+    try:
+        ship = precisions if args.ship is None else parse_ship(args.ship, precisions)
+    except ValueError as exc:
+        parser.error(f"argument --ship: {exc}")
     out = args.out
     if out is None:
         if not args.recipe:
@@ -108,7 +116,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         force=args.force, skip_verify=args.skip_verify, exporter=args.exporter,
         opset=args.opset or recipe.get("opset", DEFAULT_OPSET),
         external_data=args.external_data, shape_ranges=shapes, probe_seed=args.probe_seed,
-        precisions=precisions, int8_embeddings=args.int8_embeddings, fuse=args.fuse,
+        precisions=precisions, ship=ship, int8_embeddings=args.int8_embeddings, fuse=args.fuse,
         recipe=os.path.basename(args.recipe) if args.recipe else None)
 
 

@@ -52,6 +52,7 @@ class ExportOptions:
     external_data: Optional[bool] = None
     shape_ranges: Dict[str, Dict[str, int]] = field(default_factory=dict)
     precisions: Tuple[str, ...] = ("fp32",)
+    ship: Optional[Tuple[str, ...]] = None  # variants written to the bundle; None: all built
     int8_embeddings: bool = False
     fuse: bool = True
     probe_seed: int = 0
@@ -167,7 +168,7 @@ def export_bundle(options: ExportOptions, progress: Optional[Progress] = None) -
     build = _prepare_output(out, options.force)
     try:
         with progress.muted():
-            manifest = _build(options, build, progress)
+            manifest, reference_report = _build(options, build, progress)
             with progress.stage("write", f"publishing {out}"):
                 write_manifest(build, manifest)
                 _publish(build, out)
@@ -176,7 +177,7 @@ def export_bundle(options: ExportOptions, progress: Optional[Progress] = None) -
         raise
     return {"out": str(out), "format_version": FORMAT_VERSION,
             "exporter": manifest["graph"]["exporter"],
-            "verification": manifest["variants"]["fp32"]["verification"],
+            "verification": reference_report,
             "variants": {precision: {key: entry[key] for key in ("files", "bytes")}
                          | {"verification": entry["verification"]}
                          for precision, entry in manifest["variants"].items()},
@@ -184,7 +185,9 @@ def export_bundle(options: ExportOptions, progress: Optional[Progress] = None) -
             "stages": progress.durations}
 
 
-def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str, Any]:
+def _build(options: ExportOptions, build: Path,
+           progress: Progress) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The manifest of the bundle built in `build`, and the fp32 graph's verification report."""
     with progress.stage("download", f"locating {options.source}"):
         checkpoint = ckpt.check(ckpt.locate(options.source, options.subfolder, options.revision,
                                             options.token), options.source)
@@ -232,6 +235,8 @@ def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str,
                             optimisations, progress) or report
             graph_info.update(describe(graph_path))
     variants = {"fp32": _variant_entry(build, GRAPH, "fp32", optimisations, report), **variants}
+    for precision in set(variants) - set(options.ship or variants):
+        _remove_graph(build / variants.pop(precision)["files"][0])
     tokenizer_dir = build / TOKENIZER_DIR
     specials = special_tokens(tokenizer_dir, load_tokenizer(tokenizer_dir))
     return {
@@ -247,7 +252,7 @@ def _build(options: ExportOptions, build: Path, progress: Progress) -> Dict[str,
         "versions": _versions(),
         "variants": variants,
         "files": digests(build, [name for name in files_under(build) if name != MANIFEST]),
-    }
+    }, report
 
 
 def _fused(graph: Path, external: bool, runs: List[Any], reference: Any, options: ExportOptions,

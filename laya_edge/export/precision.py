@@ -27,6 +27,22 @@ def parse_precisions(text: str) -> Tuple[str, ...]:
     return tuple(p for p in PRECISIONS if p == "fp32" or p in wanted)
 
 
+def parse_ship(text: str, built: Tuple[str, ...]) -> Tuple[str, ...]:
+    """`--ship int8` -> `("int8",)`: the built variants whose graphs go into the bundle.
+
+    fp32 is still exported and verified (it is what the reduced variants are made from); leaving
+    it out only keeps a device-sized bundle small.
+    """
+    wanted = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not wanted:
+        raise ValueError("name at least one variant to ship")
+    missing = [part for part in wanted if part not in built]
+    if missing:
+        raise ValueError(f"{missing[0]!r} is not among the variants built ({list(built)}); add it "
+                         "to --precision")
+    return tuple(p for p in built if p in wanted)
+
+
 def decision_head_nodes(model: Any) -> Set[str]:
     """Nodes computing on the question type: the decision head (head layers, scorer, act head).
 

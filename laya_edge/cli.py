@@ -1,0 +1,230 @@
+"""`python -m laya_edge` / `laya-edge`: answer, route and inspect from a shell or a build pipeline.
+
+Exit codes: 0 success; 1 the work failed (a bundle that cannot load, an inference error); 2 bad
+usage or input (unreadable JSON, a missing file, an invalid question), reported before any model
+loads. Errors are one line on stderr, prefixed with the program name.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+PROG = "laya-edge"
+
+
+class InputError(ValueError):
+    """Bad input from the command line: exit code 2."""
+
+
+def read_json(argument: str, what: str) -> Any:
+    """JSON from a file path, or inline JSON text (an argument starting with `{` or `[`)."""
+    text = argument
+    if not argument.lstrip().startswith(("{", "[")):
+        path = Path(argument)
+        if not path.is_file():
+            raise InputError(f"{what}: no such file {argument!r}")
+        text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what}: invalid JSON in {argument!r} (line {exc.lineno}, column "
+                         f"{exc.colno}: {exc.msg})") from None
+
+
+def read_state(args: argparse.Namespace) -> Any:
+    """The state from --state, --state-file (parsed when it ends in .json) or stdin."""
+    if args.state is not None:
+        return args.state
+    if args.state_file is not None:
+        path = Path(args.state_file)
+        if path.suffix.lower() == ".json":
+            return read_json(str(path), "--state-file")
+        if not path.is_file():
+            raise InputError(f"--state-file: no such file {args.state_file!r}")
+        return path.read_text(encoding="utf-8")
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InputError("no state: pass --state TEXT, --state-file FILE, or pipe it on stdin")
+    return sys.stdin.read()
+
+
+def load_model(spec: str, device: Optional[str], precision: Optional[str]) -> Any:
+    """A Router when `spec` is a router config (a .json file), else an ONNXAgent on a bundle."""
+    if spec.lower().endswith(".json"):
+        config = read_json(spec, "--model")
+        if not isinstance(config, dict) or not isinstance(config.get("models"), dict):
+            raise InputError(f"--model: router config {spec!r} must be a JSON object with a "
+                             "'models' object, e.g. {\"models\": {\"english\": \"./bundle\"}}")
+        from .router import Router
+
+        try:
+            return Router(**dict(config, device=device, precision=precision))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"--model: router config {spec!r}: {exc}") from None
+    if not Path(spec).is_dir():
+        raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
+                         "(.json)")
+    from .onnx_agent import ONNXAgent
+
+    return ONNXAgent(spec, device=device, precision=precision)
+
+
+def answer_label(answer: Dict[str, Any], question: Dict[str, Any]) -> str:
+    """The answer in words: the chosen label, the most likely level, or yes/no."""
+    if answer.get("type") == "noul":
+        return "yes" if answer["noul"] > 0.5 else "no"
+    probabilities = answer.get("probabilities") or {}
+    if not probabilities:
+        return "-"
+    top = max(probabilities, key=probabilities.get)
+    if answer.get("type") == "score":
+        criteria = question.get("criteria")
+        level = int(top)
+        named = criteria[level] if isinstance(criteria, list) and level < len(criteria) else top
+        return f"{named} (score {answer['score']:.2f})"
+    return top
+
+
+def answers_table(payload: Dict[str, Any], questions: Dict[str, Any]) -> str:
+    rows = [("question", "type", "answer", "confidence")]
+    for key, answer in payload.get("answers", {}).items():
+        rows.append((str(key), str(answer.get("type", "")),
+                     answer_label(answer, questions.get(key, {})),
+                     f"{answer.get('answer_confidence', 0.0):.2f}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+             for row in rows]
+    routing = payload.get("routing")
+    if routing:
+        lines.append(f"routed to {routing['model']}: {routing['reason']}")
+    return "\n".join(lines)
+
+
+def emit(data: Any, as_json: bool, table: str) -> None:
+    """JSON when asked or when stdout is not a terminal (pipes, build logs); else the table."""
+    if as_json or not sys.stdout.isatty():
+        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    else:
+        print(table)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    questions = read_json(args.questions, "--questions")
+    if not isinstance(questions, dict) or not questions:
+        raise InputError(f"--questions: {args.questions!r} must hold a non-empty JSON object "
+                         "of questions, e.g. {\"urgent\": {\"type\": \"noul\", ...}}")
+    from .questions import parse_questions
+
+    try:
+        parse_questions(questions)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"--questions: {exc}") from None
+    state = read_state(args)
+    model = load_model(args.model, args.device, args.precision)
+    try:
+        payload = model.predict(state, questions)
+    except (TypeError, ValueError) as exc:
+        raise InputError(str(exc)) from None
+    emit(payload, args.json, answers_table(payload, questions))
+    return 0
+
+
+def cmd_route(args: argparse.Namespace) -> int:
+    from .router import Router
+
+    models = {}
+    if args.model:
+        config = read_json(args.model, "--model")
+        if not isinstance(config, dict):
+            raise InputError(f"--model: router config {args.model!r} must be a JSON object")
+        models = config
+    try:
+        router = Router(**models)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"--model: router config {args.model!r}: {exc}") from None
+    decision = dict(router.route(args.text, lang=args.lang, explain=True))
+    lines = [f"{'model':<10} {decision['model']}", f"{'reason':<10} {decision['reason']}"]
+    detection = decision.get("detection") or {}
+    for key in ("script", "language", "is_english"):
+        if key in detection:
+            lines.append(f"{key:<10} {detection[key]}")
+    emit(decision, args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .inspect_bundle import describe_bundle, summary_lines
+
+    directory = Path(args.bundle)
+    if not directory.is_dir():
+        raise InputError(f"{args.bundle!r} is not a bundle directory")
+    try:
+        report = describe_bundle(directory, args.device, args.precision)
+    except (ValueError, FileNotFoundError) as exc:
+        raise InputError(str(exc)) from None
+    emit(report, args.json, "\n".join(summary_lines(report)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    predict = commands.add_parser("predict", help="answer questions about one state")
+    predict.add_argument("--model", required=True,
+                         help="bundle directory, or a router config .json ({\"models\": ...})")
+    source = predict.add_mutually_exclusive_group()
+    source.add_argument("--state", help="the state as text")
+    source.add_argument("--state-file", help="read the state from a file (.json is parsed)")
+    predict.add_argument("--questions", required=True,
+                         help="questions: a JSON file, or inline JSON")
+    _device_options(predict)
+    predict.add_argument("--json", action="store_true", help="JSON even on a terminal")
+    predict.set_defaults(handler=cmd_predict)
+
+    route = commands.add_parser("route", help="which checkpoint a text goes to, and why "
+                                               "(loads no model)")
+    route.add_argument("text")
+    route.add_argument("--lang", help="a language code the caller already knows")
+    route.add_argument("--model", help="router config .json (default: the built-in checkpoints)")
+    route.add_argument("--json", action="store_true", help="JSON even on a terminal")
+    route.set_defaults(handler=cmd_route)
+
+    inspect = commands.add_parser("inspect", help="a bundle's manifest, variants and how it "
+                                                  "would run here")
+    inspect.add_argument("bundle")
+    _device_options(inspect)
+    inspect.add_argument("--json", action="store_true", help="JSON even on a terminal")
+    inspect.set_defaults(handler=cmd_inspect)
+
+    return parser
+
+
+def _device_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", help="auto (default), cpu, cuda[:N], tensorrt[:N]")
+    parser.add_argument("--precision", help="auto (default), fp32, fp16, int8")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except InputError as exc:
+        return _fail(str(exc), 2)
+    except BrokenPipeError:
+        # The reader went away (`| head`): nothing left to say, and nowhere to say it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (OSError, ValueError, RuntimeError, ImportError) as exc:
+        return _fail(f"{type(exc).__name__}: {exc}", 1)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    return code
+
+
+__all__: List[str] = ["main", "build_parser"]

@@ -1,0 +1,86 @@
+"""What a bundle holds and how it would run on this machine, without building a session.
+
+Backs `python -m laya_edge inspect`: the manifest's summary, every variant with its
+verification figures, the execution providers this onnxruntime offers, and the plan (device,
+variant, providers, reasons) an `ONNXAgent` with the same `device`/`precision` would follow.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from .bundle import CONFIG, MANIFEST
+from .source import resolve
+
+VERIFICATION_KEYS = ("passed", "skipped", "argmax_agreement", "max_abs_p", "p99_abs_p", "rows")
+
+
+def describe_bundle(directory: Path, device: Optional[str] = None,
+                    precision: Optional[str] = None) -> Dict[str, Any]:
+    """The bundle's summary as a JSON-ready dict; ValueError for a directory that is no bundle."""
+    import onnxruntime
+
+    from .session import plan
+
+    source = resolve(str(directory))
+    manifest = source.manifest
+    if manifest is None:
+        raise ValueError(f"{str(directory)!r} has no {MANIFEST}: a checkpoint or a bare graph, "
+                         "not a laya_edge bundle")
+    config = json.loads((Path(directory) / CONFIG).read_text(encoding="utf-8"))
+    graph = manifest.get("graph", {})
+    available = onnxruntime.get_available_providers()
+    chosen = plan(device, precision, available, source.variants,
+                  shape_ranges=graph.get("shape_ranges"))
+    return {
+        "bundle": str(directory),
+        "format_version": manifest.get("format_version"),
+        "created": manifest.get("created"),
+        "source": {key: value for key, value in manifest.get("source", {}).items()
+                   if key != "files"},
+        "versions": manifest.get("versions", {}),
+        "config": {key: config.get(key) for key in ("encoder", "max_len", "head_max_len",
+                                                     "temperature")},
+        "graph": {key: graph.get(key) for key in ("exporter", "opset", "external_data",
+                                                   "shape_ranges")},
+        "variants": {name: {"files": entry.get("files", []), "bytes": entry.get("bytes"),
+                            "present": name in source.variants,
+                            "optimisations": entry.get("optimisations", []),
+                            "verification": {key: (entry.get("verification") or {}).get(key)
+                                             for key in VERIFICATION_KEYS}}
+                     for name, entry in (manifest.get("variants") or {}).items()},
+        "providers_available": available,
+        "would_run": {"device": chosen.device, "precision": chosen.precision,
+                      "graph": Path(chosen.graph).name,
+                      "providers": [p[0] if isinstance(p, tuple) else p
+                                    for p in chosen.providers],
+                      "reasons": chosen.reasons},
+    }
+
+
+def summary_lines(report: Dict[str, Any]) -> List[str]:
+    """The report for a terminal."""
+    source = report["source"]
+    lines = [f"bundle     {report['bundle']} (format {report['format_version']}, "
+             f"created {report['created']})",
+             f"source     {source.get('repo') or source.get('path')}"
+             + (f" [{source['subfolder']}]" if source.get("subfolder") else ""),
+             f"encoder    {report['config']['encoder']}, max_len {report['config']['max_len']}, "
+             f"head_max_len {report['config']['head_max_len']}",
+             f"graph      {report['graph']['exporter']} exporter, opset {report['graph']['opset']}",
+             "variants"]
+    for name, entry in report["variants"].items():
+        check = entry["verification"]
+        verdict = ("verification skipped" if check.get("skipped") else
+                   f"{'passed' if check.get('passed') else 'FAILED'}: agreement "
+                   f"{check.get('argmax_agreement', 0):.4f}, max |dp| "
+                   f"{check.get('max_abs_p', 0):.2e}")
+        size = f"{entry['bytes'] / 1e6:.1f} MB" if entry.get("bytes") else "?"
+        lines.append(f"  {name:<5} {size:>9}  {verdict}"
+                     + ("" if entry["present"] else "  (file missing)"))
+    run = report["would_run"]
+    lines += [f"providers  {', '.join(report['providers_available'])}",
+              f"would run  {run['precision']} on {run['device']} ({', '.join(run['providers'])})"]
+    lines += [f"           {reason}" for reason in run["reasons"]]
+    return lines

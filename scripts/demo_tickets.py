@@ -1,0 +1,368 @@
+"""Support tickets with known answers, for training and evaluating the demo checkpoint.
+
+Every ticket is drawn from hidden facts (department, urgency, churn risk, refund request,
+sentiment, order number, recurrence) and written out from phrase pools, so each question about it
+has a known answer.  Every pool, template, product, name and question wording exists in exactly
+one of two *families*: ``train`` or ``heldout``.  Held-out figures therefore measure answers to
+wording the model never saw, not recall of training sentences.  English only: the MiniLM
+encoder's WordPiece vocabulary is English.
+
+Pure Python (no torch), deterministic for a given seed; ``scripts/train_demo.py`` writes the
+rows in the ``{state, questions, expected}`` form upstream ``laya.train`` reads.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Dict, List, Tuple
+
+FAMILIES = ("train", "heldout")
+DEPARTMENTS = ("billing", "technical support", "shipping", "account access", "sales")
+URGENCY = ("low", "medium", "high", "critical")
+SENTIMENTS = ("positive", "neutral", "negative")
+
+# The questions in their canonical wording: what a demo of the trained model asks.
+DEMO_QUESTIONS: Dict[str, Dict[str, Any]] = {
+    "department": {"type": "choice", "instructions": "Which department should handle this ticket?",
+                   "criteria": {"billing": "charges, invoices and payments",
+                                "technical support": "bugs, errors and devices not working",
+                                "shipping": "deliveries, parcels and tracking",
+                                "account access": "logins, passwords and account security",
+                                "sales": "quotes, prices and new purchases"}},
+    "urgency": {"type": "score", "instructions": "How urgent is this ticket?",
+                "criteria": list(URGENCY)},
+    "churn_risk": {"type": "noul",
+                   "instructions": "Is the customer at risk of cancelling or leaving?"},
+    "refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
+    "sentiment": {"type": "choice", "instructions": "What is the customer's sentiment?",
+                  "criteria": list(SENTIMENTS)},
+}
+
+# ------------------------------------------------------------------------------ phrase pools
+# {family: [...]}; "{product}", "{n}", "{code}" are filled per ticket.
+
+PRODUCTS = {
+    "train": ["subscription", "laptop", "headphones", "phone plan", "coffee machine",
+              "software license", "smart watch", "printer", "streaming plan", "camera",
+              "vacuum cleaner", "gaming console"],
+    "heldout": ["tablet", "speaker", "router", "e-reader", "monitor", "keyboard",
+                "cloud storage plan", "espresso grinder", "drone", "fitness tracker"],
+}
+
+ISSUES = {
+    "billing": {
+        "train": ["I was charged twice for my {product}.",
+                  "My credit card shows two payments for the same {product} order.",
+                  "The invoice for my {product} is higher than the price I agreed to.",
+                  "You billed me for a {product} I never ordered.",
+                  "My {product} renewal was charged even though I turned off auto-renew.",
+                  "The last bill for the {product} includes fees nobody explained to me."],
+        "heldout": ["There's a duplicate transaction on my bank statement for the {product}.",
+                    "I got invoiced two times this month for the {product}.",
+                    "The amount you took for the {product} doesn't match the receipt.",
+                    "A payment for a {product} I never bought appeared on my statement."],
+    },
+    "technical support": {
+        "train": ["The {product} keeps crashing whenever I open the app.",
+                  "My {product} won't turn on since the last update.",
+                  "The {product} shows error code {code} and stops working.",
+                  "I can't connect my {product} to the Wi-Fi.",
+                  "The sync feature on my {product} is broken.",
+                  "The screen of my {product} goes black after a few minutes."],
+        "heldout": ["Every time I start the {product} it freezes on the loading screen.",
+                    "After installing the latest firmware the {product} reboots constantly.",
+                    "The {product} throws a fatal exception with message {code}.",
+                    "Bluetooth pairing with the {product} fails every time."],
+    },
+    "shipping": {
+        "train": ["My {product} still hasn't arrived and it's been {n} days.",
+                  "The package with my {product} was delivered to the wrong address.",
+                  "The tracking number for my {product} hasn't updated in a week.",
+                  "The {product} arrived damaged because the box was crushed.",
+                  "I received someone else's order instead of my {product}."],
+        "heldout": ["The courier claims my {product} was delivered but nothing is at my door.",
+                    "My parcel containing the {product} is stuck at the depot.",
+                    "The {product} was smashed during transport.",
+                    "Delivery of the {product} is {n} days late."],
+    },
+    "account access": {
+        "train": ["I can't log in to my account because the password reset email never arrives.",
+                  "My account got locked after too many login attempts.",
+                  "Someone changed the email address on my account without my permission.",
+                  "The two-factor code is never accepted when I sign in.",
+                  "I forgot my password and the reset page shows an error."],
+        "heldout": ["I'm locked out of my profile and the recovery link has expired.",
+                    "My username and password stopped working out of nowhere.",
+                    "I think my account was hacked, there are sign-ins from another country.",
+                    "The verification text never reaches my phone so I can't get into my "
+                    "account."],
+    },
+    "sales": {
+        "train": ["I'd like a quote for {n} {product} licenses for my company.",
+                  "Do you offer a discount if we buy {n} units of the {product}?",
+                  "We're interested in upgrading to the business plan, can someone contact me?",
+                  "What's the price of the {product} for a team of {n} people?",
+                  "I want to order {n} more {product}s for our office."],
+        "heldout": ["Could your sales team send pricing for a bulk order of {n} {product}s?",
+                    "Our school wants to buy the {product} for {n} classrooms, what are the "
+                    "terms?",
+                    "Is there an enterprise tier for the {product}? We have {n} employees.",
+                    "I'm considering purchasing the {product}, can you tell me about volume "
+                    "pricing?"],
+    },
+}
+
+URGENCY_PHRASES = {
+    "low": {"train": ["No rush on this.", "Whenever you have time is fine.",
+                      "It's not urgent at all.", "Just letting you know, it can wait."],
+            "heldout": ["Take your time with this one.", "There's no hurry.",
+                        "This is low priority for me."]},
+    "medium": {"train": ["Could you look into it this week?",
+                         "I'd appreciate a reply in the next few days.",
+                         "Please check when you can."],
+               "heldout": ["A response sometime this week would be good.",
+                           "Please get back to me in a couple of days."]},
+    "high": {"train": ["Please fix this today.", "I need this resolved as soon as possible.",
+                       "This is urgent, please hurry."],
+             "heldout": ["I need a solution by the end of the day.",
+                         "Please treat this as a priority.",
+                         "Please respond quickly, this is pressing."]},
+    "critical": {"train": ["Our entire team is blocked and we are losing money every hour!",
+                           "This is an emergency, our business is completely down.",
+                           "URGENT: everything has stopped for all of our customers."],
+                 "heldout": ["Hundreds of customers are affected right now and nothing works!",
+                             "We cannot take a single order, this is an emergency.",
+                             "Critical outage: nobody in the company can work."]},
+}
+
+CHURN = {"train": ["If this isn't fixed I'm cancelling my subscription.",
+                   "I'm seriously thinking about switching to another provider.",
+                   "This is the last straw, I'm closing my account.",
+                   "Honestly, I'm about to take my business elsewhere."],
+         "heldout": ["One more problem like this and I'm leaving for a competitor.",
+                     "I'm done with your service and will be terminating my contract.",
+                     "We are evaluating other vendors because of this."]}
+LOYAL = {"train": ["I've been a happy customer for years.", "I really like your product otherwise.",
+                   "I don't want to cancel, I just want it working."],
+         "heldout": ["Overall I'm satisfied with your service.", "I'd like to keep using it.",
+                     "Cancelling is not what I want, I only need this sorted."]}
+
+REFUND = {"train": ["I want a full refund.", "Please give me my money back.",
+                    "Refund the extra charge to my card, please.", "I expect to be reimbursed."],
+          "heldout": ["Kindly return the amount to my account.",
+                      "I'd like to get the money back for this.",
+                      "Please credit the payment back to me."]}
+NO_REFUND = {"train": ["I don't need a refund, just fix it."],
+             "heldout": ["No need to return any money, I only want it to work."]}
+
+TONE = {
+    "positive": {"train": ["Thanks so much, your team is always great!", "I love your product.",
+                           "You've always been very helpful."],
+                 "heldout": ["Your support has been wonderful so far.",
+                             "Really appreciate your help, you're the best."]},
+    "neutral": {"train": ["Let me know if you need anything else from me.",
+                          "I can send more details if needed."],
+                "heldout": ["Tell me which information you require.",
+                            "Screenshots are available on request."]},
+    "negative": {"train": ["I'm really frustrated with this.", "This is completely unacceptable.",
+                           "I'm very disappointed and angry."],
+                 "heldout": ["I'm fed up with this terrible service.",
+                             "This is ridiculous and annoying."]},
+}
+
+GREETINGS = {"train": ["Hi,", "Hello support,", "Dear team,", "Hey there,"],
+             "heldout": ["Good morning,", "Hi folks,", "To whom it may concern,"]}
+SIGNOFFS = {"train": ["Best, {name}", "Thanks, {name}", "Regards, {name}"],
+            "heldout": ["Cheers, {name}", "Sincerely, {name}", "Kind regards, {name}"]}
+NAMES = {"train": ["Anna", "Mark", "Priya", "Tom", "Lucia", "Kenji", "Sarah", "Omar"],
+         "heldout": ["Elena", "Raj", "Grace", "Victor", "Hana", "Felix"]}
+ORDER = {"train": ["My order number is {num}.", "Order #{num}."],
+         "heldout": ["Reference: {num}.", "The purchase ID is {num}."]}
+REPEATED = {"train": ["This is the third time this has happened.",
+                      "The same thing happened last month."],
+            "heldout": ["It keeps happening again and again.", "I already reported this once."]}
+CONTEXT = {"train": ["I bought it from your online shop last month.",
+                     "I use it every day for work."],
+           "heldout": ["We got it a few weeks ago.", "My whole family relies on it."]}
+
+# ------------------------------------------------------------------------------- questions
+# Paraphrases of the main questions per family; index 0 of "train" is DEMO_QUESTIONS' wording.
+
+WORDINGS = {
+    "department": {"train": ["Which department should handle this ticket?",
+                             "Route this message to the right team.",
+                             "Which team is responsible for this request?"],
+                   "heldout": ["Who should take care of this customer message?",
+                               "Assign the ticket to a department."]},
+    "urgency": {"train": ["How urgent is this ticket?", "Rate the urgency of this request."],
+                "heldout": ["What priority should this message get?",
+                            "How time-critical is the customer's problem?"]},
+    "churn_risk": {"train": ["Is the customer at risk of cancelling or leaving?",
+                             "Might this customer churn?"],
+                   "heldout": ["Could we lose this customer?",
+                               "Is the client likely to end the relationship?"]},
+    "refund": {"train": ["Is the customer asking for a refund?",
+                         "Does the customer want their money back?"],
+               "heldout": ["Is a reimbursement requested?",
+                           "Does the writer request that money be returned?"]},
+    "sentiment": {"train": ["What is the customer's sentiment?",
+                            "What is the tone of this message?"],
+                  "heldout": ["How does the customer feel?",
+                              "Which mood does the writer express?"]},
+}
+
+# Yes/no statements about the text: (wording, fact name).
+STATEMENTS = {
+    "train": [("The customer provides an order number.", "order_number"),
+              ("The ticket is about a payment problem.", "is_billing"),
+              ("The customer has a problem with a delivery.", "is_shipping"),
+              ("The customer cannot access their account.", "is_account"),
+              ("The customer wants to buy something.", "is_sales"),
+              ("Something is technically broken.", "is_technical"),
+              ("The problem has happened before.", "repeated"),
+              ("The customer is upset.", "negative"),
+              ("The customer mentions the {product}.", "mentions_product")],
+    "heldout": [("An order reference is included in the message.", "order_number"),
+                ("This is a billing matter.", "is_billing"),
+                ("The ticket concerns shipping or delivery.", "is_shipping"),
+                ("The user has a login or account security problem.", "is_account"),
+                ("The sender is interested in purchasing.", "is_sales"),
+                ("A device or app malfunctions.", "is_technical"),
+                ("The issue is recurring.", "repeated"),
+                ("The writer sounds unhappy.", "negative"),
+                ("The {product} is mentioned in the ticket.", "mentions_product")],
+}
+
+REFUND_RATE = {"billing": 0.6, "shipping": 0.5, "technical support": 0.3, "account access": 0.1,
+               "sales": 0.03}
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A generated ticket and the facts it was written from."""
+
+    text: str
+    family: str
+    product: str
+    department: str
+    urgency: int
+    churn: bool
+    refund: bool
+    sentiment: str
+    order_number: bool
+    repeated: bool
+
+    def fact(self, name: str, product: str) -> bool:
+        """The truth of a yes/no statement about this ticket."""
+        if name.startswith("is_"):
+            return self.department.split()[0] == name[3:]
+        if name == "negative":
+            return self.sentiment == "negative"
+        if name == "mentions_product":
+            return product == self.product
+        return bool(getattr(self, name))
+
+
+def _fill(rng: random.Random, template: str, product: str, family: str) -> str:
+    return template.format(product=product, n=rng.choice((3, 5, 12, 20, 50, 200)),
+                           code=rng.choice(("E-%d" % rng.randint(10, 999),
+                                            "0x%X" % rng.randint(4096, 65535))),
+                           num=rng.randint(10000, 999999), name=rng.choice(NAMES[family]))
+
+
+def ticket(rng: random.Random, family: str) -> Ticket:
+    """One ticket from `family`'s pools, with its facts drawn first and the text written after."""
+    department = rng.choice(DEPARTMENTS)
+    urgency = rng.randrange(3 if department == "sales" else 4)
+    churn = rng.random() < 0.35
+    refund = rng.random() < REFUND_RATE[department]
+    sentiment = "negative" if churn else rng.choices(SENTIMENTS, (0.3, 0.4, 0.3))[0]
+    order_number = rng.random() < 0.5
+    repeated = rng.random() < 0.3
+    product = rng.choice(PRODUCTS[family])
+
+    middle = [rng.choice(URGENCY_PHRASES[URGENCY[urgency]][family])]
+    if repeated:
+        middle.append(rng.choice(REPEATED[family]))
+    if order_number:
+        middle.append(rng.choice(ORDER[family]))
+    if rng.random() < 0.3:
+        middle.append(rng.choice(CONTEXT[family]))
+    if refund:
+        middle.append(rng.choice(REFUND[family]))
+    elif rng.random() < 0.15:
+        middle.append(rng.choice(NO_REFUND[family]))
+    if churn:
+        middle.append(rng.choice(CHURN[family]))
+    elif rng.random() < 0.3 and sentiment != "negative":
+        middle.append(rng.choice(LOYAL[family]))
+    if sentiment != "neutral" or rng.random() < 0.5:
+        if not (churn and rng.random() < 0.5):
+            middle.append(rng.choice(TONE[sentiment][family]))
+    rng.shuffle(middle)
+    parts = [rng.choice(ISSUES[department][family])] + middle
+    if rng.random() < 0.8:
+        parts.insert(0, rng.choice(GREETINGS[family]))
+    if rng.random() < 0.7:
+        parts.append(rng.choice(SIGNOFFS[family]))
+    text = " ".join(_fill(rng, part, product, family) for part in parts)
+    return Ticket(text, family, product, department, urgency, churn, refund, sentiment,
+                  order_number, repeated)
+
+
+def _choice_question(rng: random.Random, wording: str, labels: Tuple[str, ...], answer: str,
+                     descriptions: Dict[str, str], subset: bool) -> Dict[str, Any]:
+    """A choice question over `labels` (a random subset holding the answer when `subset`),
+    with or without descriptions."""
+    chosen = list(labels)
+    if subset and len(labels) > 3:
+        others = [label for label in labels if label != answer]
+        chosen = sorted(rng.sample(others, rng.randint(2, len(others))) + [answer],
+                        key=labels.index)
+    if descriptions and rng.random() < 0.5:
+        return {"type": "choice", "instructions": wording,
+                "criteria": {label: descriptions[label] for label in chosen}}
+    return {"type": "choice", "instructions": wording, "criteria": chosen}
+
+
+def questions(rng: random.Random, item: Ticket, family: str,
+              every: bool = False) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """`(questions, expected)` for a ticket: the five main questions (or a sample of them) and one
+    yes/no statement, worded from `family`."""
+    descriptions = DEMO_QUESTIONS["department"]["criteria"] if family == "train" else {}
+    wording = {key: rng.choice(WORDINGS[key][family]) for key in WORDINGS}
+    asked = {
+        "department": (_choice_question(rng, wording["department"], DEPARTMENTS, item.department,
+                                        descriptions, subset=not every), item.department),
+        "urgency": ({"type": "score", "instructions": wording["urgency"],
+                     "criteria": list(URGENCY)}, item.urgency),
+        "churn_risk": ({"type": "noul", "instructions": wording["churn_risk"]}, item.churn),
+        "refund": ({"type": "noul", "instructions": wording["refund"]}, item.refund),
+        "sentiment": (_choice_question(rng, wording["sentiment"], SENTIMENTS, item.sentiment, {},
+                                       subset=False), item.sentiment),
+    }
+    statement, fact = rng.choice(STATEMENTS[family])
+    product = item.product if rng.random() < 0.5 else rng.choice(PRODUCTS[family])
+    asked["statement"] = ({"type": "noul", "instructions": statement.format(product=product)},
+                          item.fact(fact, product))
+    keys = list(asked)
+    if not every:
+        keys = rng.sample(keys, 4)
+    return ({key: asked[key][0] for key in keys}, {key: asked[key][1] for key in keys})
+
+
+def rows(family: str, count: int, seed: int, every: bool = False) -> List[Dict[str, Any]]:
+    """`count` rows `{state, questions, expected, facts}` from `family` (the JSONL upstream
+    `laya.train` reads; `facts` rides along for per-fact reports)."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    rng = random.Random(f"demo-tickets-{family}-{seed}")
+    out = []
+    for _ in range(count):
+        item = ticket(rng, family)
+        asked, expected = questions(rng, item, family, every)
+        out.append({"state": item.text, "questions": asked, "expected": expected,
+                    "facts": {"department": item.department, "urgency": item.urgency,
+                              "churn": item.churn, "refund": item.refund,
+                              "sentiment": item.sentiment}})
+    return out

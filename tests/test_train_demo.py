@@ -1,0 +1,106 @@
+"""scripts/train_demo.py: its metrics, a full smoke run on a tiny checkpoint, and seeded
+reproducibility of training and calibration."""
+import json
+
+import pytest
+
+from modules import load_file
+
+train_demo = load_file("scripts/train_demo.py", "train_demo")
+
+
+def test_expected_calibration_error_by_hand():
+    # bin (0.867, 0.933]: accuracy 0.5 at confidence 0.9; bin (0.6, 0.667]: 1.0 at 0.65
+    ece = train_demo.expected_calibration_error([0.9, 0.9, 0.65, 0.65], [True, False, True, True])
+    assert ece == pytest.approx(0.5 * 0.4 + 0.5 * 0.35)
+    assert train_demo.expected_calibration_error([1.0, 0.5], [True, False]) == \
+        pytest.approx(0.5 * 0.0 + 0.5 * 0.5)
+
+
+def test_predicted_reads_each_question_type():
+    assert train_demo.predicted({"noul": 0.7}, {"type": "noul"}) is True
+    assert train_demo.predicted({"noul": 0.3}, {"type": "noul"}) is False
+    assert train_demo.predicted({"probabilities": {"a": 0.2, "b": 0.8}}, {"type": "choice"}) == "b"
+    assert train_demo.predicted({"probabilities": {"0": 0.1, "1": 0.3, "2": 0.6}},
+                                {"type": "score"}) == 2
+
+
+def test_evaluate_counts_per_type_and_per_question():
+    rows = [{"state": "s", "questions": {"d": {"type": "choice"}, "u": {"type": "noul"}},
+             "expected": {"d": "b", "u": True}},
+            {"state": "t", "questions": {"d": {"type": "choice"}, "u": {"type": "noul"}},
+             "expected": {"d": "a", "u": True}}]
+    answer = {"answers": {"d": {"probabilities": {"a": 0.4, "b": 0.6}, "answer_confidence": 0.6},
+                          "u": {"noul": 0.9, "answer_confidence": 0.9}}}
+    metrics = train_demo.evaluate(lambda row: answer, rows)
+    assert metrics["by_type"]["choice"] == {"n": 2, "accuracy": 0.5, "mean_confidence": 0.6,
+                                            "ece": 0.1}
+    assert metrics["by_type"]["noul"]["accuracy"] == 1.0
+    assert metrics["by_question"]["u"]["ece"] == pytest.approx(0.1)
+    assert metrics["overall"]["n"] == 4 and metrics["overall"]["accuracy"] == 0.75
+
+
+def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
+    models = tmp_path / "models"
+    code = train_demo.main(["--base", str(checkpoints["modernbert-tiny"]), "--ship", "fp16",
+                            "--train-tickets", "16", "--calib-tickets", "6",
+                            "--test-tickets", "4", "--models", str(models),
+                            "--work", str(tmp_path / "work")])
+    assert code == 0
+    bundle = models / train_demo.BUNDLE_NAME
+    manifest = json.loads((bundle / "laya_edge.json").read_text())
+    assert list(manifest["variants"]) == ["fp16"]
+    assert not (bundle / "laya.onnx").exists() and (bundle / "laya.fp16.onnx").is_file()
+    report = json.loads((models / train_demo.REPORT_NAME).read_text())
+    held = report["evaluation"]["bundle"]
+    assert held["precision"] == "fp16" and held["overall"]["n"] == 4 * 6
+    assert report["evaluation"]["torch"]["overall"]["n"] == 4 * 6
+    assert report["data"] == {"train_rows": 16, "calib_rows": 6, "test_rows": 4}
+    assert report["training"]["train_items"] > 0
+    card = (models / "README.md").read_text()
+    for kind, entry in held["by_type"].items():
+        assert f"| {kind} | {entry['n']} | {entry['accuracy']:.3f} | {entry['ece']:.3f} |" in card
+    assert f"python scripts/train_demo.py --seed {report['seed']}" in card
+    # --evaluate-only re-measures the written bundle and gets the same figures
+    again = train_demo.evaluate_bundle(bundle, train_demo.splits(0, 16, 6, 4)["test"])
+    assert again == held
+
+
+def test_training_and_calibration_are_reproducible_with_a_seed(checkpoints, tmp_path):
+    from safetensors.numpy import load_file as load_weights
+
+    data = train_demo.splits(5, 16, 8, 0)
+    args = train_demo.build_parser().parse_args(["--seed", "5", "--phase-batches", "1"])
+    results = []
+    for run in ("a", "b"):
+        out = tmp_path / run
+        training = train_demo.train(checkpoints["modernbert-tiny"], data["train"], out, args)
+        calibration = train_demo.calibrate(out, data["calib"])
+        results.append((training, calibration, load_weights(str(out / "model.safetensors"))))
+    (train_a, calib_a, weights_a), (train_b, calib_b, weights_b) = results
+    assert train_a == train_b and calib_a == calib_b
+    assert weights_a.keys() == weights_b.keys()
+    assert all((weights_a[k] == weights_b[k]).all() for k in weights_a)
+
+
+def test_curriculum_trains_one_kind_at_a_time_then_mixes():
+    import random
+
+    kinds = train_demo.CURRICULUM
+    items = [{"key": key, "i": i} for key in kinds for i in range(40)]
+    batches = train_demo.curriculum(items, 2, random.Random(0))
+    phases = batches[:2 * len(kinds)]
+    assert [batch[0]["key"] for batch in phases] == [key for key in kinds for _ in range(2)]
+    assert all(len(batch) == train_demo.BATCH and len({it["key"] for it in batch}) == 1
+               for batch in phases)
+    mixed = batches[len(phases):]
+    seen = [(it["key"], it["i"]) for batch in batches for it in batch]
+    assert sorted(seen) == sorted((it["key"], it["i"]) for it in items)
+    assert any(len({it["key"] for it in batch}) > 1 for batch in mixed)
+
+
+def test_learning_rate_is_flat_through_the_phases_then_decays():
+    factors = [train_demo.learning_rate_factor(step, 10, 30) for step in range(30)]
+    assert factors[:11] == [1.0] * 11
+    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+    assert train_demo.learning_rate_factor(30, 10, 30) == pytest.approx(0.05)

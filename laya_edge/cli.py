@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 PROG = "laya-edge"
 
@@ -226,5 +226,3 @@ def _fail(message: str, code: int) -> int:
     print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
     return code
 
-
-__all__: List[str] = ["main", "build_parser"]

@@ -84,7 +84,7 @@ def _variants(directory: Path, onnx_path: Optional[str],
         present = {precision: graph for precision, graph in variants.items() if graph.is_file()}
         # fp32 is the bundle's reference graph: listed but gone means a damaged bundle. A
         # bundle exported with --ship may leave it out and carry only reduced variants.
-        if "fp32" in variants and "fp32" not in present or not present:
+        if ("fp32" in variants and "fp32" not in present) or not present:
             raise _missing_graph(listed.get("fp32", {"files": [GRAPH]})["files"][0])
         return present
     candidate = Path(onnx_path or GRAPH)

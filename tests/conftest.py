@@ -68,3 +68,16 @@ def bundles(checkpoints, tmp_path_factory):
         export_bundle(ExportOptions(source=str(directory), out=root / kind), Progress(quiet=True))
         exported[kind] = root / kind
     return exported
+
+
+@pytest.fixture
+def docs_workdir(tmp_path, monkeypatch, bundles):
+    """A working directory for running documentation examples: `./bundles/english` and
+    `./bundles/multilingual` are the test bundles, and the Router finds its built-in
+    checkpoints there too."""
+    (tmp_path / "bundles").mkdir()
+    (tmp_path / "bundles" / "english").symlink_to(bundles["modernbert-tiny"])
+    (tmp_path / "bundles" / "multilingual").symlink_to(bundles["unigram-tiny"])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAYA_EDGE_MODELS", str(tmp_path / "bundles"))
+    return tmp_path

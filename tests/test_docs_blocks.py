@@ -91,16 +91,6 @@ PRELUDES = {
 }
 
 
-@pytest.fixture
-def docs_dir(tmp_path, monkeypatch, bundles):
-    (tmp_path / "bundles").mkdir()
-    (tmp_path / "bundles" / "english").symlink_to(bundles["modernbert-tiny"])
-    (tmp_path / "bundles" / "multilingual").symlink_to(bundles["unigram-tiny"])
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("LAYA_EDGE_MODELS", str(tmp_path / "bundles"))
-    return tmp_path
-
-
 def test_every_page_with_python_is_covered():
     with_python = [page for page in PAGES if BLOCK.search((ROOT / page).read_text("utf-8"))]
     assert "docs/hooks/patterns.md" in with_python and "README.md" in with_python
@@ -110,7 +100,7 @@ def test_every_page_with_python_is_covered():
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("page", [p for p in PAGES
                                   if BLOCK.search((ROOT / p).read_text("utf-8"))])
-def test_python_blocks_run_in_order(docs_dir, page):
+def test_python_blocks_run_in_order(docs_workdir, page):
     namespace = {"__name__": "__docs__"}
     exec(compile(PRELUDES.get(page, ""), f"<prelude {page}>", "exec"), namespace)
     blocks = BLOCK.findall((ROOT / page).read_text(encoding="utf-8"))

@@ -20,15 +20,6 @@ def python_blocks(relative: str):
     return BLOCK.findall(text)
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch, bundles):
-    (tmp_path / "bundles").mkdir()
-    (tmp_path / "bundles" / "english").symlink_to(bundles["modernbert-tiny"])
-    (tmp_path / "bundles" / "multilingual").symlink_to(bundles["unigram-tiny"])
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def run_block(code: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -42,7 +33,7 @@ def test_readme_marks_its_runnable_examples():
         assert f"<!-- test: {marker} -->\n```python" in text
 
 
-def test_readme_agent_example(workdir):
+def test_readme_agent_example(docs_workdir):
     block = next(b for b in python_blocks("README.md") if "agent.predict_batch" in b)
     lines = run_block(block).splitlines()
     assert len(lines) == 3
@@ -53,7 +44,7 @@ def test_readme_agent_example(workdir):
         assert label in ("billing", "technical", "sales") and int(tokens) > 0
 
 
-def test_readme_router_example(workdir):
+def test_readme_router_example(docs_workdir):
     block = next(b for b in python_blocks("README.md") if "laya.Router" in b)
     lines = run_block(block).splitlines()
     assert [line.split(" - ")[0] for line in lines[:3]] == ["english", "multilingual",
@@ -62,21 +53,21 @@ def test_readme_router_example(workdir):
     assert lines[3] == "multilingual"
 
 
-def test_readme_hooks_example(workdir):
+def test_readme_hooks_example(docs_workdir):
     block = next(b for b in python_blocks("README.md") if "class Audit" in b)
     run_id, elapsed, usage = run_block(block).strip().split(" ", 2)
     assert len(run_id) == 32 and float(elapsed) > 0 and "'input_tokens'" in usage
 
 
 @pytest.mark.parametrize("page", ["docs/agent.md", "docs/router.md"])
-def test_runtime_docs_examples_run(workdir, page):
+def test_runtime_docs_examples_run(docs_workdir, page):
     blocks = python_blocks(page)
     assert blocks
     outputs = [run_block(block) for block in blocks]
     assert all(output.strip() for output in outputs)
 
 
-def test_router_doc_example_prints_what_it_claims(workdir):
+def test_router_doc_example_prints_what_it_claims(docs_workdir):
     block = python_blocks("docs/router.md")[0]
     claimed = re.search(r"^# (multilingual .*)$", block, re.M).group(1)
     assert run_block(block).strip() == claimed

@@ -51,19 +51,29 @@ def read_state(args: argparse.Namespace) -> Any:
     return sys.stdin.read()
 
 
+def router_from_config(spec: Optional[str], require_models: bool, **overrides: Any) -> Any:
+    """A Router from a JSON config of its keyword arguments (the built-in setup without one);
+    a config it cannot take is bad input."""
+    from .router import Router
+
+    config: Dict[str, Any] = {}
+    if spec is not None:
+        config = read_json(spec, "--model")
+        if not isinstance(config, dict):
+            raise InputError(f"--model: router config {spec!r} must be a JSON object")
+        if require_models and not isinstance(config.get("models"), dict):
+            raise InputError(f"--model: router config {spec!r} must be a JSON object with a "
+                             "'models' object, e.g. {\"models\": {\"english\": \"./bundle\"}}")
+    try:
+        return Router(**dict(config, **overrides))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"--model: router config {spec!r}: {exc}") from None
+
+
 def load_model(spec: str, device: Optional[str], precision: Optional[str]) -> Any:
     """A Router when `spec` is a router config (a .json file), else an ONNXAgent on a bundle."""
     if spec.lower().endswith(".json"):
-        config = read_json(spec, "--model")
-        if not isinstance(config, dict) or not isinstance(config.get("models"), dict):
-            raise InputError(f"--model: router config {spec!r} must be a JSON object with a "
-                             "'models' object, e.g. {\"models\": {\"english\": \"./bundle\"}}")
-        from .router import Router
-
-        try:
-            return Router(**dict(config, device=device, precision=precision))
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"--model: router config {spec!r}: {exc}") from None
+        return router_from_config(spec, True, device=device, precision=precision)
     if not Path(spec).is_dir():
         raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
                          "(.json)")
@@ -133,18 +143,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_route(args: argparse.Namespace) -> int:
-    from .router import Router
-
-    models = {}
-    if args.model:
-        config = read_json(args.model, "--model")
-        if not isinstance(config, dict):
-            raise InputError(f"--model: router config {args.model!r} must be a JSON object")
-        models = config
-    try:
-        router = Router(**models)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"--model: router config {args.model!r}: {exc}") from None
+    router = router_from_config(args.model, False)
     decision = dict(router.route(args.text, lang=args.lang, explain=True))
     lines = [f"{'model':<10} {decision['model']}", f"{'reason':<10} {decision['reason']}"]
     detection = decision.get("detection") or {}

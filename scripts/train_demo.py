@@ -165,10 +165,10 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
     max_len, head_max_len = cfg["max_len"], cfg["head_max_len"]
     items: List[Dict[str, Any]] = []
     for row in rows:
-        for key, question in row["questions"].items():
-            made, _ = items_from_rows(tok, [dict(row, questions={key: question})], max_len,
-                                      head_max_len)
-            items += [dict(item, key=key) for item in made]
+        made, skipped = items_from_rows(tok, [row], max_len, head_max_len)
+        if skipped:  # the generator writes only valid questions; keys pair up with items below
+            raise ValueError(f"a generated row could not be trained on ({skipped}): {row}")
+        items += [dict(item, key=key) for key, item in zip(row["questions"], made)]
     rng.shuffle(items)
     batches = curriculum(items, args.phase_batches, rng)
     encoder = [p for name, p in model.named_parameters() if name.startswith("encoder.")]
@@ -199,9 +199,9 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
                 for key, values in recent.items()))
     model.eval()
     save_checkpoint(model, tok, dict(cfg, fine_tuned=True), str(out))
+    last = recent.get("mixed", [])[-50:]
     return {"train_items": len(items), "batches": len(batches),
-            "final_mixed_loss": round(sum(recent.get("mixed", [0.0])[-50:])
-                                      / max(1, len(recent.get("mixed", [])[-50:])), 4),
+            "final_mixed_loss": round(sum(last) / len(last), 4) if last else None,
             "config": {"loss": "soft cross-entropy", "curriculum": list(CURRICULUM),
                        "phase_batches": args.phase_batches, "batch": BATCH,
                        "encoder_lr": args.encoder_lr, "head_lr": args.head_lr,

@@ -29,7 +29,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from bench import agreement  # scripts/ is on the path when a script runs
+# scripts/ is on the path when a script runs; the question sets are the CPU benchmark's
+from bench import QUESTIONS1, QUESTIONS4, QUESTIONS10, agreement
 
 REPO = Path(__file__).resolve().parents[1]
 TICKETS = [
@@ -42,25 +43,6 @@ TICKETS = [
     "Please delete my account and all my data as required by GDPR.",
     "Great service last week, the agent solved the sync issue in minutes. Thanks!",
 ]
-QUESTIONS_10 = {
-    "dept": {"type": "choice", "instructions": "Which team should handle this ticket?",
-             "criteria": ["billing", "technical", "sales", "shipping", "legal"]},
-    "urgent": {"type": "noul", "instructions": "The customer needs help today."},
-    "severity": {"type": "score", "instructions": "How severe is the problem?",
-                 "criteria": ["minor", "annoying", "blocking", "critical"]},
-    "refund": {"type": "noul", "instructions": "The customer asks for money back."},
-    "sentiment": {"type": "choice", "instructions": "How does the customer feel?",
-                  "criteria": ["angry", "neutral", "happy"]},
-    "churn": {"type": "noul", "instructions": "The customer may cancel."},
-    "channel": {"type": "choice", "instructions": "Best reply channel?",
-                "criteria": ["email", "phone", "chat"]},
-    "effort": {"type": "score", "instructions": "How much work to resolve?",
-               "criteria": ["none", "some", "a lot"]},
-    "escalate": {"type": "noul", "instructions": "A manager should look at this."},
-    "spam": {"type": "noul", "instructions": "This message is spam."},
-}
-QUESTIONS_4 = {key: QUESTIONS_10[key] for key in ("dept", "urgent", "severity", "refund")}
-QUESTIONS_1 = {"dept": QUESTIONS_10["dept"]}
 
 
 def log(message: str) -> None:
@@ -102,10 +84,10 @@ def timed(call: Callable[[], Any], rounds: int) -> Dict[str, float]:
 
 def figures(single: Callable[[Any, Dict], Any], batch: Callable[[List[Any], Dict], Any],
             rounds: int) -> Dict[str, Any]:
-    one = timed(lambda: single(TICKETS[0], QUESTIONS_1), rounds)
-    ten = timed(lambda: single(TICKETS[1], QUESTIONS_10), rounds)
+    one = timed(lambda: single(TICKETS[0], QUESTIONS1), rounds)
+    ten = timed(lambda: single(TICKETS[1], QUESTIONS10), rounds)
     states = (TICKETS * 4)[:32]
-    many = timed(lambda: batch(states, QUESTIONS_4), max(3, rounds // 10))
+    many = timed(lambda: batch(states, QUESTIONS4), max(3, rounds // 10))
     return {"1x1": one, "1x10": ten,
             "32x4_questions_per_s": round(32 * 4 / (many["p50_ms"] / 1000), 1)}
 
@@ -170,7 +152,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     report["export"] = dict(export(checkpoint, bundle, args.exporter, args.verify_export),
                             seconds=round(time.perf_counter() - started, 1))
     states = TICKETS * 2
-    reference = laya_edge_runtime(bundle, "cpu", "fp32").predict_batch(states, QUESTIONS_10)
+    reference = laya_edge_runtime(bundle, "cpu", "fp32").predict_batch(states, QUESTIONS10)
     report["runs"] = {}
     for precision in ("fp32", "fp16"):
         agent = laya_edge_runtime(bundle, args.device, precision)
@@ -178,7 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         log(f"laya_edge {precision}: {info['providers']}")
         report["runs"][f"laya_edge {precision}"] = {
             "runtime": {key: info[key] for key in ("device", "precision", "providers")},
-            "vs_cpu_fp32": compare(reference, agent.predict_batch(states, QUESTIONS_10)),
+            "vs_cpu_fp32": compare(reference, agent.predict_batch(states, QUESTIONS10)),
             "timings": figures(agent.system_one, agent.predict_batch, args.rounds)}
     if not args.skip_peers:
         report["peers"] = peers(checkpoint, args.device, args.rounds)

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 PROG = "laya-edge"
 
@@ -80,6 +80,42 @@ def load_model(spec: str, device: Optional[str], precision: Optional[str]) -> An
     from .onnx_agent import ONNXAgent
 
     return ONNXAgent(spec, device=device, precision=precision)
+
+
+def import_hooks(specs: Sequence[str]) -> List[Any]:
+    """Hook objects named `module:attribute` (the module importable from here)."""
+    import importlib
+
+    hooks = []
+    for spec in specs:
+        module, _, attribute = spec.partition(":")
+        if not module or not attribute:
+            raise InputError(f"--hooks: {spec!r} is not MODULE:ATTRIBUTE")
+        try:
+            hooks.append(getattr(importlib.import_module(module), attribute))
+        except (ImportError, AttributeError) as exc:
+            raise InputError(f"--hooks: cannot import {spec!r} ({exc})") from None
+    return hooks
+
+
+def serving_router(spec: Optional[str], device: Optional[str], precision: Optional[str],
+                   hooks: List[Any]) -> Any:
+    """The Router a service answers with: from a router config, the built-in setup, or one
+    bundle directory served under both the English and the multilingual name."""
+    if spec is None or spec.lower().endswith(".json"):
+        return router_from_config(spec, spec is not None, device=device, precision=precision,
+                                  hooks=hooks)
+    if not Path(spec).is_dir():
+        raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
+                         "(.json)")
+    from .onnx_agent import ONNXAgent
+    from .router import Router
+
+    router = Router(hooks=hooks)
+    agent = ONNXAgent(spec, device=device, precision=precision)
+    for name in ("english", "multilingual"):
+        router.attach(name, agent)
+    return router
 
 
 def answer_label(answer: Dict[str, Any], question: Dict[str, Any]) -> str:
@@ -168,6 +204,37 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import models_dir, run_demo
+
+    directory = Path(args.models) if args.models else models_dir()
+    if args.models and not (directory / "demo.json").is_file():
+        raise InputError(f"--models: {args.models!r} has no demo.json")
+    return run_demo(directory, args.json)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:  # checked before any model loads
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(f"the HTTP service needs its extra: pip install 'laya-edge[serve]' "
+                          f"({exc})") from None
+    from .serve import API_KEY_ENV, Limits, run
+
+    limits = Limits(max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
+                    max_concurrent=args.max_concurrent)
+    router = serving_router(args.model, args.device, args.precision, import_hooks(args.hooks))
+    if args.preload:
+        router.preload(["english", "multilingual"])
+    api_key = os.environ.get(API_KEY_ENV) or None
+    print(f"{PROG}: serving POST /v1/systemone on http://{args.host}:{args.port} (bearer auth "
+          f"{'on' if api_key else f'off; set {API_KEY_ENV} to require a token'})",
+          file=sys.stderr, flush=True)
+    run(router, args.host, args.port, api_key, limits, args.log_level)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -198,6 +265,32 @@ def build_parser() -> argparse.ArgumentParser:
     _device_options(inspect)
     inspect.add_argument("--json", action="store_true", help="JSON even on a terminal")
     inspect.set_defaults(handler=cmd_inspect)
+
+    demo = commands.add_parser("demo", help="the shipped demo model on a few support tickets: "
+                                            "routing, hooks, answers, timings (no network)")
+    demo.add_argument("--models", help="a folder with demo.json and its bundles (default: the "
+                                       "checkout's models/)")
+    demo.add_argument("--json", action="store_true", help="one JSON document instead of prose")
+    demo.set_defaults(handler=cmd_demo)
+
+    serve = commands.add_parser("serve", help="an HTTP service speaking upstream's POST "
+                                              "/v1/systemone (extra: laya-edge[serve])")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--model", help="bundle directory, or a router config .json "
+                                       "(default: the built-in checkpoints)")
+    _device_options(serve)
+    serve.add_argument("--hooks", action="append", default=[], metavar="MODULE:ATTRIBUTE",
+                       help="install a hook object on the Router (repeatable)")
+    serve.add_argument("--preload", action="store_true",
+                       help="load the English and multilingual checkpoints before serving")
+    serve.add_argument("--max-body-bytes", type=int, default=1 << 20)
+    serve.add_argument("--max-questions", type=int, default=64)
+    serve.add_argument("--max-concurrent", type=int, default=8,
+                       help="requests answered at once; more get 503")
+    serve.add_argument("--log-level", default="info",
+                       choices=("critical", "error", "warning", "info", "debug"))
+    serve.set_defaults(handler=cmd_serve)
 
     return parser
 

@@ -87,3 +87,37 @@ def apply_gate(results: List[Any], gate: Optional[Threshold]) -> None:
                 answer.pop("low_confidence", None)
                 answer["abstention"] = "unevaluated" if value is None else "passed"
             answer["abstention_threshold"] = float(threshold)
+
+
+def jev_confidence(answer: Dict[str, Any]) -> Optional[float]:
+    """The confidence a Jev client expects for a choice or score answer, or None for a noul
+    answer or malformed probabilities.
+
+    Laya's own `confidence` is one minus normalised entropy; Jev's `/v1/systemone` defines a
+    different number, so the HTTP service adds this one as `x_jev_confidence` and thresholds
+    ported from Jev keep their meaning. Choice: how far the top probability sits between uniform
+    and certain. Score: one minus the expected distance from the modal level, relative to that
+    distance under a uniform distribution (floored at 0).
+    """
+    kind, probabilities = answer.get("type"), answer.get("probabilities")
+    if kind not in ("choice", "score") or not isinstance(probabilities, dict) or not probabilities:
+        return None
+    try:
+        keys = sorted(probabilities, key=int) if kind == "score" else list(probabilities)
+    except (TypeError, ValueError):
+        return None
+    values = [_usable(probabilities[key]) for key in keys]
+    if any(value is None or value < 0.0 for value in values):
+        return None
+    n = len(values)
+    if n == 1:
+        return 1.0
+    total = sum(values)
+    p = [value / total for value in values] if total else [1.0 / n] * n
+    if kind == "choice":
+        return (max(p) - 1.0 / n) / (1.0 - 1.0 / n)
+    mode = p.index(max(p))
+    spread = sum(value * abs(i - mode) for i, value in enumerate(p))
+    centre = (n - 1) / 2
+    uniform_spread = sum(abs(i - centre) for i in range(n)) / n
+    return max(0.0, 1.0 - spread / uniform_spread)

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 
 from .bundle import MIN_MARKERS
-from .questions import OPTION_TOKENS, Question, render_options
+from .questions import OPTION_TOKENS, Question, check_unicode, dumps_nested, render_options
 from .tokenizer import SpecialToken, load_tokenizer, special_tokens
 
 INSTRUCTION_FLOOR = 8
@@ -50,7 +50,7 @@ def serialise_state(state: Any) -> str:
     """A state as the model reads it: strings verbatim, anything else as Python's JSON."""
     if isinstance(state, str):
         return state
-    return json.dumps(state, ensure_ascii=False)
+    return dumps_nested(state, "the state", ensure_ascii=False)
 
 
 def _read_json(path: Path) -> Dict[str, Any]:
@@ -108,7 +108,8 @@ class Encoder:
 
     def state_ids(self, states: Sequence[Any]) -> List[List[int]]:
         """Every state of a call tokenised in one batch call (the states are the long texts)."""
-        return self.encode_many([self.scrub(serialise_state(state)) for state in states])
+        return self.encode_many([check_unicode(self.scrub(serialise_state(state)),
+                                               f"state {i}") for i, state in enumerate(states)])
 
     def head(self, question: Question, head_max_len: int) -> Head:
         """The question half of a row, with options cut to fit `head_max_len`."""

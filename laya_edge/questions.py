@@ -32,7 +32,16 @@ def render_criterion(value: Any) -> str:
     """Option text for a criterion: strings verbatim, anything else as one-line JSON."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+    return dumps_nested(value, "a criterion", ensure_ascii=False, separators=(", ", ": "),
+                        default=str)
+
+
+def dumps_nested(value: Any, what: str, **options: Any) -> str:
+    """`json.dumps`, with a structure too deep to serialise refused as a ValueError naming it."""
+    try:
+        return json.dumps(value, **options)
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to serialise as JSON") from None
 
 
 def noul_labels(labels: Any) -> Tuple[str, str]:
@@ -165,17 +174,34 @@ def normalise(definition: Dict[str, Any]) -> Question:
         criteria = {str(key).lower(): value for key, value in criteria.items()}
     instructions = definition["instructions"]
     if not isinstance(instructions, str):
-        instructions = json.dumps(instructions, ensure_ascii=False)
+        instructions = dumps_nested(instructions, "instructions", ensure_ascii=False)
     order = definition.get("option_order")
     return Question(qtype, instructions, criteria, definition.get("labels"),
                     None if order is None else [int(i) for i in order])
+
+
+def check_unicode(text: str, where: str) -> str:
+    """`text` if the tokenizer can take it. A lone surrogate is not a Unicode character: refuse it
+    by name here rather than let the tokenizer fail with a message about its own types."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TypeError(f"{where} contains a lone surrogate {text[exc.start]!r} at index "
+                            f"{exc.start}, which is not valid Unicode text; decode the source "
+                            "bytes with errors='replace' first") from None
+    return text
 
 
 def parse_questions(questions: Dict[Any, Any]) -> Dict[Any, Question]:
     """Validate every question in order (the first failure raises), then normalise each once."""
     for qid, definition in questions.items():
         check_question(qid, definition)
-    return {qid: normalise(definition) for qid, definition in questions.items()}
+    parsed = {qid: normalise(definition) for qid, definition in questions.items()}
+    for qid, question in parsed.items():
+        for text in [question.instructions] + render_options(question):
+            check_unicode(text, f"question {qid!r}")
+    return parsed
 
 
 def render_options(question: Question) -> List[str]:

@@ -31,7 +31,11 @@ def load_tokenizer(directory: Any) -> Any:
         raise FileNotFoundError(
             f"tokenizer file not found: {str(path)!r}. laya_edge reads the fast-tokenizer file "
             "tokenizer.json; re-save the tokenizer with a fast tokenizer's save_pretrained().")
-    tokenizer = Tokenizer.from_file(str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot read
+        raise ValueError(f"{str(path)!r} is not a tokenizer file the `tokenizers` library can "
+                         f"read ({exc})") from None
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer

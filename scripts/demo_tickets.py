@@ -16,27 +16,13 @@ import random
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-FAMILIES = ("train", "heldout")
-DEPARTMENTS = ("billing", "technical support", "shipping", "account access", "sales")
-URGENCY = ("low", "medium", "high", "critical")
-SENTIMENTS = ("positive", "neutral", "negative")
+from laya_edge.demo import DEMO_QUESTIONS
 
-# The questions in their canonical wording: what a demo of the trained model asks.
-DEMO_QUESTIONS: Dict[str, Dict[str, Any]] = {
-    "department": {"type": "choice", "instructions": "Which department should handle this ticket?",
-                   "criteria": {"billing": "charges, invoices and payments",
-                                "technical support": "bugs, errors and devices not working",
-                                "shipping": "deliveries, parcels and tracking",
-                                "account access": "logins, passwords and account security",
-                                "sales": "quotes, prices and new purchases"}},
-    "urgency": {"type": "score", "instructions": "How urgent is this ticket?",
-                "criteria": list(URGENCY)},
-    "churn_risk": {"type": "noul",
-                   "instructions": "Is the customer at risk of cancelling or leaving?"},
-    "refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
-    "sentiment": {"type": "choice", "instructions": "What is the customer's sentiment?",
-                  "criteria": list(SENTIMENTS)},
-}
+FAMILIES = ("train", "heldout")
+# The demo's questions (laya_edge.demo.DEMO_QUESTIONS) are what the model is trained to answer.
+DEPARTMENTS = tuple(DEMO_QUESTIONS["department"]["criteria"])
+URGENCY = tuple(DEMO_QUESTIONS["urgency"]["criteria"])
+SENTIMENTS = tuple(DEMO_QUESTIONS["sentiment"]["criteria"])
 
 # ------------------------------------------------------------------------------ phrase pools
 # {family: [...]}; "{product}", "{n}", "{code}" are filled per ticket.
@@ -310,6 +296,30 @@ def ticket(rng: random.Random, family: str) -> Ticket:
                   order_number, repeated)
 
 
+def brief_ticket(rng: random.Random, family: str) -> Ticket:
+    """A two- or three-sentence ticket: the issue, its urgency and at most one of a refund
+    request, a churn threat or a tone. Few tokens, so each sentence's effect on an answer is
+    easy to find: the first stage of training reads these before full tickets."""
+    department = rng.choice(DEPARTMENTS)
+    urgency = rng.randrange(3 if department == "sales" else 4)
+    product = rng.choice(PRODUCTS[family])
+    extra = rng.choice(("none", "refund", "churn", "tone"))
+    sentiment = ("negative" if extra == "churn" else
+                 rng.choice(SENTIMENTS) if extra == "tone" else "neutral")
+    parts = [rng.choice(ISSUES[department][family]),
+             rng.choice(URGENCY_PHRASES[URGENCY[urgency]][family])]
+    if extra == "refund":
+        parts.append(rng.choice(REFUND[family]))
+    elif extra == "churn":
+        parts.append(rng.choice(CHURN[family]))
+    elif extra == "tone" and sentiment != "neutral":
+        parts.append(rng.choice(TONE[sentiment][family]))
+    rng.shuffle(parts)
+    text = " ".join(_fill(rng, part, product, family) for part in parts)
+    return Ticket(text, family, product, department, urgency, extra == "churn",
+                  extra == "refund", sentiment, False, False)
+
+
 def _choice_question(rng: random.Random, wording: str, labels: Tuple[str, ...], answer: str,
                      descriptions: Dict[str, str], subset: bool) -> Dict[str, Any]:
     """A choice question over `labels` (a random subset holding the answer when `subset`),
@@ -351,15 +361,18 @@ def questions(rng: random.Random, item: Ticket, family: str,
     return ({key: asked[key][0] for key in keys}, {key: asked[key][1] for key in keys})
 
 
-def rows(family: str, count: int, seed: int, every: bool = False) -> List[Dict[str, Any]]:
+def rows(family: str, count: int, seed: int, every: bool = False,
+         brief: bool = False) -> List[Dict[str, Any]]:
     """`count` rows `{state, questions, expected, facts}` from `family` (the JSONL upstream
-    `laya.train` reads; `facts` rides along for per-fact reports)."""
+    `laya.train` reads; `facts` rides along for per-fact reports); `brief` rows hold
+    `brief_ticket`s."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    rng = random.Random(f"demo-tickets-{family}-{seed}")
+    rng = random.Random(f"demo-tickets-{family}-{seed}{'-brief' if brief else ''}")
+    write = brief_ticket if brief else ticket
     out = []
     for _ in range(count):
-        item = ticket(rng, family)
+        item = write(rng, family)
         asked, expected = questions(rng, item, family, every)
         out.append({"state": item.text, "questions": asked, "expected": expected,
                     "facts": {"department": item.department, "urgency": item.urgency,

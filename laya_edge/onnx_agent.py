@@ -78,7 +78,12 @@ class ONNXAgent(HookRegistry):
         self.head_max_len = int(self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN))
         self.temperatures = Temperatures(self.cfg, lang_temperatures)
         self.encoder = Encoder.from_directory(self.directory / TOKENIZER_DIR)
-        self.session = create_session(self.plan, intra_op_threads)
+        self.session = self._open_session(intra_op_threads)
+
+    def _open_session(self, intra_op_threads: Optional[int]) -> Any:
+        """What runs the graph: an onnxruntime session here; a subclass may run it elsewhere
+        (`laya_edge.triton.TritonAgent`) behind the same `run`/`get_providers` surface."""
+        return create_session(self.plan, intra_op_threads)
 
     @property
     def lang_temperatures(self) -> Dict[str, Dict[str, Any]]:

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument("--json", action="store_true",
                         help="print a machine-readable summary on stdout")
+    parser.add_argument("--triton-repo", type=Path, metavar="DIR",
+                        help="also write a Triton model repository for the bundle's graph "
+                             "(ONNX Runtime backend, plus a TensorRT-accelerated model)")
     return parser
 
 
@@ -132,6 +135,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         options = options_from_args(args, parser)
         summary = export_bundle(options, Progress(quiet=args.quiet))
+        if args.triton_repo is not None:
+            from .triton import write_triton_repo
+
+            models = write_triton_repo(Path(summary["out"]), args.triton_repo)
+            summary["triton_repo"] = {name: str(path) for name, path in models.items()}
     except VerificationError as exc:
         _fail(str(exc))
         if args.json:
@@ -151,6 +159,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    f"max |dp| {report['max_abs_p']:.2e}")
         print(f"{PROG}: wrote {summary['out']} ({summary['bytes'] / 1e6:.1f} MB, "
               f"{summary['exporter']} exporter, {verdict})", file=sys.stderr)
+        for name, path in summary.get("triton_repo", {}).items():
+            print(f"{PROG}: wrote Triton model {name!r} at {path}", file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 PROG = "laya-edge"
 
@@ -213,6 +213,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(directory, args.json)
 
 
+def ray_setup(spec: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """`(models, other Router options)` for Ray replicas, which each build their own Router:
+    from a router config, the built-in setup, or one bundle for both routes."""
+    if spec is None:
+        return {}, {}
+    if spec.lower().endswith(".json"):
+        router_from_config(spec, True)  # a config no Router takes fails here, not on a replica
+        config = read_json(spec, "--model")
+        return config.pop("models"), config
+    if not Path(spec).is_dir():
+        raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
+                         "(.json)")
+    return {"english": spec, "multilingual": spec}, {}
+
+
+def serve_on_ray(args: argparse.Namespace, hooks: List[Any], api_key: Optional[str],
+                 limits: Any) -> int:
+    try:
+        import ray
+        from ray import serve
+    except ImportError as exc:
+        raise ImportError(f"--engine ray needs its extra: pip install 'laya-edge[ray]' ({exc})") \
+            from None
+    from .serving.ray import NAME, deployment
+
+    models, options = ray_setup(args.model)
+    options.update(device=args.device, precision=args.precision, hooks=hooks or None)
+    ray.init(address=args.ray_address)
+    serve.start(http_options={"host": args.host, "port": args.port})
+    serve.run(deployment(models, replicas=args.replicas, num_cpus=args.num_cpus,
+                         num_gpus=args.num_gpus, api_key=api_key, limits=limits,
+                         router_kwargs=options), name=NAME, route_prefix="/", blocking=True)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:  # checked before any model loads
         import starlette  # noqa: F401
@@ -224,13 +259,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
                     max_concurrent=args.max_concurrent)
-    router = serving_router(args.model, args.device, args.precision, import_hooks(args.hooks))
-    if args.preload:
-        router.preload(["english", "multilingual"])
+    hooks = import_hooks(args.hooks)
     api_key = os.environ.get(API_KEY_ENV) or None
-    print(f"{PROG}: serving POST /v1/systemone on http://{args.host}:{args.port} (bearer auth "
+    print(f"{PROG}: serving POST /v1/systemone on http://{args.host}:{args.port} with "
+          f"{args.engine} (bearer auth "
           f"{'on' if api_key else f'off; set {API_KEY_ENV} to require a token'})",
           file=sys.stderr, flush=True)
+    if args.engine == "ray":
+        return serve_on_ray(args, hooks, api_key, limits)
+    router = serving_router(args.model, args.device, args.precision, hooks)
+    if args.preload:
+        router.preload(["english", "multilingual"])
     run(router, args.host, args.port, api_key, limits, args.log_level)
     return 0
 
@@ -288,6 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-questions", type=int, default=64)
     serve.add_argument("--max-concurrent", type=int, default=8,
                        help="requests answered at once; more get 503")
+    serve.add_argument("--engine", choices=("uvicorn", "ray"), default="uvicorn",
+                       help="uvicorn: one process (default); ray: Ray Serve replicas with "
+                            "request batching (extra: laya-edge[ray])")
+    serve.add_argument("--replicas", type=int, default=1, help="--engine ray: replicas")
+    serve.add_argument("--num-cpus", type=float, default=1.0,
+                       help="--engine ray: CPUs per replica")
+    serve.add_argument("--num-gpus", type=float, default=0.0,
+                       help="--engine ray: GPUs per replica")
+    serve.add_argument("--ray-address", help="--engine ray: an existing cluster (default: "
+                                             "start a local Ray instance)")
     serve.add_argument("--log-level", default="info",
                        choices=("critical", "error", "warning", "info", "debug"))
     serve.set_defaults(handler=cmd_serve)

@@ -12,7 +12,7 @@ import laya_edge
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 MASK = "[MASK]"
-FUZZ = settings(max_examples=120, deadline=None, derandomize=True,
+FUZZ = settings(max_examples=80, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.function_scoped_fixture])
 

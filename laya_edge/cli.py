@@ -229,7 +229,7 @@ def ray_setup(spec: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
 
 
 def serve_on_ray(args: argparse.Namespace, hooks: List[Any], api_key: Optional[str],
-                 limits: Any) -> int:
+                 limits: Any, announcement: str) -> int:
     try:
         import ray
         from ray import serve
@@ -240,6 +240,7 @@ def serve_on_ray(args: argparse.Namespace, hooks: List[Any], api_key: Optional[s
 
     models, options = ray_setup(args.model)
     options.update(device=args.device, precision=args.precision, hooks=hooks or None)
+    print(announcement, file=sys.stderr, flush=True)
     ray.init(address=args.ray_address)
     serve.start(http_options={"host": args.host, "port": args.port})
     serve.run(deployment(models, replicas=args.replicas, num_cpus=args.num_cpus,
@@ -261,15 +262,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     max_concurrent=args.max_concurrent)
     hooks = import_hooks(args.hooks)
     api_key = os.environ.get(API_KEY_ENV) or None
-    print(f"{PROG}: serving POST /v1/systemone on http://{args.host}:{args.port} with "
-          f"{args.engine} (bearer auth "
-          f"{'on' if api_key else f'off; set {API_KEY_ENV} to require a token'})",
-          file=sys.stderr, flush=True)
+    announcement = (f"{PROG}: serving POST /v1/systemone on http://{args.host}:{args.port} with "
+                    f"{args.engine} (bearer auth "
+                    f"{'on' if api_key else f'off; set {API_KEY_ENV} to require a token'})")
     if args.engine == "ray":
-        return serve_on_ray(args, hooks, api_key, limits)
+        return serve_on_ray(args, hooks, api_key, limits, announcement)
     router = serving_router(args.model, args.device, args.precision, hooks)
     if args.preload:
         router.preload(["english", "multilingual"])
+    print(announcement, file=sys.stderr, flush=True)
     run(router, args.host, args.port, api_key, limits, args.log_level)
     return 0
 

@@ -70,13 +70,18 @@ def router_from_config(spec: Optional[str], require_models: bool, **overrides: A
         raise InputError(f"--model: router config {spec!r}: {exc}") from None
 
 
+def check_bundle_dir(spec: str) -> None:
+    """A `--model` that is not a router config must be a bundle directory."""
+    if not Path(spec).is_dir():
+        raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
+                         "(.json)")
+
+
 def load_model(spec: str, device: Optional[str], precision: Optional[str]) -> Any:
     """A Router when `spec` is a router config (a .json file), else an ONNXAgent on a bundle."""
     if spec.lower().endswith(".json"):
         return router_from_config(spec, True, device=device, precision=precision)
-    if not Path(spec).is_dir():
-        raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
-                         "(.json)")
+    check_bundle_dir(spec)
     from .onnx_agent import ONNXAgent
 
     return ONNXAgent(spec, device=device, precision=precision)
@@ -105,9 +110,7 @@ def serving_router(spec: Optional[str], device: Optional[str], precision: Option
     if spec is None or spec.lower().endswith(".json"):
         return router_from_config(spec, spec is not None, device=device, precision=precision,
                                   hooks=hooks)
-    if not Path(spec).is_dir():
-        raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
-                         "(.json)")
+    check_bundle_dir(spec)
     from .onnx_agent import ONNXAgent
     from .router import Router
 
@@ -222,9 +225,7 @@ def ray_setup(spec: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         router_from_config(spec, True)  # a config no Router takes fails here, not on a replica
         config = read_json(spec, "--model")
         return config.pop("models"), config
-    if not Path(spec).is_dir():
-        raise InputError(f"--model: {spec!r} is neither a bundle directory nor a router config "
-                         "(.json)")
+    check_bundle_dir(spec)
     return {"english": spec, "multilingual": spec}, {}
 
 

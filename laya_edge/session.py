@@ -132,7 +132,7 @@ def tensorrt_cache_dir(graph_sha256: str, gpu: str, trt_version: str,
     return Path(os.path.expanduser(base)) / key
 
 
-def _profile(shape_ranges: Mapping[str, Mapping[str, int]], bound: str) -> str:
+def tensorrt_profile(shape_ranges: Mapping[str, Mapping[str, int]], bound: str) -> str:
     batch = shape_ranges["batch"][bound]
     sequence = shape_ranges["sequence"][bound]
     markers = max(2, shape_ranges["markers"][bound])
@@ -153,9 +153,9 @@ def tensorrt_options(device_id: int, fp16: bool, cache_dir: Path,
         "trt_engine_cache_path": str(cache_dir),
         "trt_timing_cache_enable": True,
         "trt_timing_cache_path": str(cache_dir),
-        "trt_profile_min_shapes": _profile(shape_ranges, "min"),
-        "trt_profile_opt_shapes": _profile(shape_ranges, "opt"),
-        "trt_profile_max_shapes": _profile(shape_ranges, "max"),
+        "trt_profile_min_shapes": tensorrt_profile(shape_ranges, "min"),
+        "trt_profile_opt_shapes": tensorrt_profile(shape_ranges, "opt"),
+        "trt_profile_max_shapes": tensorrt_profile(shape_ranges, "max"),
     }
 
 

@@ -83,7 +83,7 @@ class Recorder:
         with self.lock:
             self.events["on_predict_end"] += 1
             for state in ctx.states:
-                self.ends[(state, json.dumps(ctx.questions, sort_keys=True))] += 1
+                self.ends[key(state, ctx.questions)] += 1
 
 
 def requests_for(count: int, seed: int) -> List[Dict[str, Any]]:

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, inside, read_manifest
-from ..session import tensorrt_options
+from ..session import tensorrt_profile
 
 # Graph input/output -> (Triton data type, dims after the batch axis, reshape for the model).
 INPUTS = {"input_ids": ("TYPE_INT64", [-1], None), "attention_mask": ("TYPE_INT64", [-1], None),
           "marker_pos": ("TYPE_INT64", [-1], None), "marker_mask": ("TYPE_BOOL", [-1], None),
           # rank 1 in the graph: Triton's batched form needs one dim, reshaped away
           "qtype": ("TYPE_INT64", [1], [])}
-TRT_PARAMETERS = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
 
 
 def _dims(values: List[int]) -> str:
@@ -52,10 +51,10 @@ def model_config(name: str, n_act: int, shape_ranges: Dict[str, Dict[str, int]],
              f"dynamic_batching {{ preferred_batch_size: {_dims(preferred)} "
              "max_queue_delay_microseconds: 500 }"]
     if tensorrt:
-        options = tensorrt_options(0, True, Path("/tmp/laya_edge_trt"), shape_ranges)
         parameters = [("precision_mode", "FP16"), ("max_workspace_size_bytes", str(4 << 30)),
                       ("trt_engine_cache_enable", "true")]
-        parameters += [(key, options[key]) for key in TRT_PARAMETERS]
+        parameters += [(f"trt_profile_{bound}_shapes", tensorrt_profile(shape_ranges, bound))
+                       for bound in ("min", "opt", "max")]
         rendered = " ".join(f'parameters {{ key: "{k}" value: "{v}" }}' for k, v in parameters)
         lines += ["instance_group [ { kind: KIND_GPU count: 1 } ]",
                   "optimization { execution_accelerators { gpu_execution_accelerator: [ "

@@ -24,13 +24,15 @@ Steps (each logged with its duration):
 
 Everything is seeded; on the same machine and library versions a rerun reproduces the figures.
 
-Status: with the default budget (1800 tickets, ~450 batches, ~18 minutes of training on 2
-cores) the yes/no kinds learn but urgency, department and sentiment stay at chance level, so no
-bundle is shipped yet; see the note on issue 11 for what was measured.
+Status: no bundle is shipped yet. With the defaults (3000 tickets, 750 batches, 15m42s for the
+whole run on 2 cores, seed 0) the int8 bundle scored on the held-out test split: refund 0.75,
+churn risk 0.68, sentiment 0.74, yes/no statements 0.69, but department 0.22 (chance 0.20) and
+urgency 0.25 (chance 0.25). Department does not even fit the training family (0.13 on fresh
+training-family tickets); urgency fits it (0.73) without carrying over to held-out wording.
 
 Examples::
 
-    python scripts/train_demo.py                      # the full run (~30 min on 2 cores)
+    python scripts/train_demo.py                      # the full run (~16 min on 2 cores)
     python scripts/train_demo.py --evaluate-only      # re-measure models/demo-support-en
     python scripts/train_demo.py --base CKPT --train-tickets 8 --calib-tickets 4 \\
         --test-tickets 4 --models /tmp/m --work /tmp/w --no-torch-eval   # a smoke run
@@ -117,11 +119,11 @@ def base_checkpoint(out: Path, seed: int) -> Path:
     return out
 
 
-# Training order: one question kind at a time, then all of them shuffled together. Measured on
-# this data: with every kind mixed from the start, no kind's loss left chance level within 175
-# batches; a kind trained alone leaves it within about 40 (the option markers learn to read the
-# state), and the later kinds then train in the mixed phase.
-CURRICULUM = ("refund", "churn_risk", "urgency", "sentiment", "department", "statement")
+# Training order: one question kind at a time, the yes/no kinds first, then all of them
+# shuffled together. With every kind mixed from the start no kind left chance level within 175
+# batches (measured with dropout on). A yes/no kind alone leaves it fast (refund: mean loss 0.52
+# over its first 25 batches, 0.02 over the next 25); the choice kinds learn slowly or not at all.
+CURRICULUM = ("refund", "churn_risk", "statement", "urgency", "department", "sentiment")
 BATCH = 16
 
 
@@ -141,8 +143,14 @@ def curriculum(items: Sequence[Dict[str, Any]], phase_batches: int,
     return batches + [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)]
 
 
+WARMUP = 10
+
+
 def learning_rate_factor(step: int, phases: int, total: int) -> float:
-    """Full rate through the single-kind phases, then cosine decay to 5% over the mixed phase."""
+    """A short linear warm-up, full rate through the single-kind phases, then cosine decay to
+    5% over the mixed phase."""
+    if step < WARMUP:
+        return (step + 1) / WARMUP
     if step < phases:
         return 1.0
     progress = (step - phases) / max(1, total - phases)
@@ -178,7 +186,10 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
     phases = args.phase_batches * len(CURRICULUM)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: learning_rate_factor(step, phases, len(batches)))
-    model.train()
+    # Dropout stays off. The option markers' encodings start almost identical (cosine ~0.97),
+    # and dropout noise of 0.1 swamps those differences: measured, with dropout on not even the
+    # decision heads could fit one batch of 16 in 40 steps; with it off they fit it in 20.
+    model.eval()
     recent: Dict[str, List[float]] = {}
     for step, batch in enumerate(batches, 1):
         encoded = [encode_item(tok, item, max_len, head_max_len,
@@ -430,13 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--base", type=Path, default=None,
                         help="start from this checkpoint instead of the untrained MiniLM one")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-tickets", type=int, default=1800)
+    parser.add_argument("--train-tickets", type=int, default=3000)
     parser.add_argument("--calib-tickets", type=int, default=200)
     parser.add_argument("--test-tickets", type=int, default=300)
-    parser.add_argument("--phase-batches", type=int, default=40,
+    parser.add_argument("--phase-batches", type=int, default=60,
                         help="batches of each question kind before the mixed phase")
-    parser.add_argument("--encoder-lr", type=float, default=1e-4)
-    parser.add_argument("--head-lr", type=float, default=3e-4)
+    parser.add_argument("--encoder-lr", type=float, default=5e-5)
+    parser.add_argument("--head-lr", type=float, default=1e-3)
     parser.add_argument("--ship", choices=("int8", "fp16"), default="int8",
                         help="the one variant written to the bundle (default int8)")
     parser.add_argument("--no-torch-eval", dest="torch_eval", action="store_false",

@@ -457,6 +457,54 @@ def test_negated_scorer_fails_verification_on_argmax(bundles, references, probe_
     assert raised.value.report is report
 
 
+class _Reference:
+    @staticmethod
+    def temperature(qtype, options):
+        return 1.0
+
+
+def _verify_fixed(monkeypatch, reference_logits, graph_logits, precision):
+    """verify_graph on one probe case whose reference and graph logits are given, one row each."""
+    import onnxruntime
+
+    class FixedSession:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self, names, feeds):
+            return np.array(graph_logits, np.float32), np.zeros((len(graph_logits), 2), np.float32)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", FixedSession)
+    rows = [{"markers": [1, 2], "qtype": 0, "qid": f"q{i}", "qtype_name": "choice"}
+            for i in range(len(reference_logits))]
+    run = verify.ProbeRun(verify.ProbeCase("fixed", [], {}), rows,
+                          {name: np.zeros(1) for name in fmt.GRAPH_INPUTS},
+                          np.array(reference_logits, np.float32),
+                          np.zeros((len(reference_logits), 2), np.float32))
+    return verify.verify_graph(Path("fixed.onnx"), [run], _Reference(), precision)
+
+
+def test_reduced_precision_may_swap_near_ties_but_no_clear_decision(monkeypatch):
+    """Row q0 is decided by a wide margin, row q1 is a near tie (p 0.506 vs 0.494) that the
+    graph swaps, moving each probability by 0.012, within int8's 0.05."""
+    clear, tie, swapped = [2.0, 0.0], [0.025, 0.0], [0.0, 0.025]
+    report = _verify_fixed(monkeypatch, [clear, tie], [clear, swapped], "int8")
+    assert report["argmax_agreement"] == 0.5 and report["tie_margin"] == 0.1
+    assert report["decisive_rows"] == 1 and report["decisive_agreement"] == 1.0
+    assert report["passed"] is True and report["disagreements"][0]["question"] == "q1"
+    # fp32 holds every row to the bar: the same swap fails it
+    strict = _verify_fixed(monkeypatch, [clear, tie], [clear, swapped], "fp32")
+    assert strict["decisive_rows"] == 2 and strict["passed"] is False
+    # a swapped clear decision fails int8 and is the disagreement the message names first
+    flipped = _verify_fixed(monkeypatch, [tie, clear], [swapped, [0.0, 2.0]], "int8")
+    assert flipped["decisive_agreement"] == 0.0 and flipped["passed"] is False
+    assert [d["question"] for d in flipped["disagreements"]] == ["q1", "q0"]
+    with pytest.raises(VerificationError) as raised:
+        verify.require_pass(flipped, Path("laya.int8.onnx"))
+    assert ("argmax agreement 0.0000 where torch's top two options are more than 0.1 apart "
+            "< 0.99 (first: case 'fixed' question 'q1'") in str(raised.value)
+
+
 def test_rescaled_scorer_keeps_argmax_but_fails_on_probabilities(bundles, references, probe_runs,
                                                                  tmp_path):
     # logits = s * w.h + b with b shared by every option: argmax unchanged, softmax not

@@ -99,8 +99,10 @@ def test_curriculum_trains_one_kind_at_a_time_then_mixes():
     assert any(len({it["key"] for it in batch}) > 1 for batch in mixed)
 
 
-def test_learning_rate_is_flat_through_the_phases_then_decays():
-    factors = [train_demo.learning_rate_factor(step, 10, 30) for step in range(30)]
-    assert factors[:11] == [1.0] * 11
-    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
-    assert train_demo.learning_rate_factor(30, 10, 30) == pytest.approx(0.05)
+def test_learning_rate_warms_up_stays_flat_through_the_phases_then_decays():
+    warmup = train_demo.WARMUP
+    factors = [train_demo.learning_rate_factor(step, 20, 40) for step in range(40)]
+    assert factors[:warmup] == pytest.approx([(step + 1) / warmup for step in range(warmup)])
+    assert factors[warmup:21] == [1.0] * (21 - warmup)
+    assert all(a >= b for a, b in zip(factors[20:], factors[21:]))
+    assert train_demo.learning_rate_factor(40, 20, 40) == pytest.approx(0.05)

@@ -302,24 +302,30 @@ def _remove_graph(path: Path) -> None:
         doomed.unlink(missing_ok=True)
 
 
+def _rank(report: Dict[str, Any]) -> Tuple[bool, float, float]:
+    """Candidates compare by: passes its thresholds, decisive agreement, smaller drift."""
+    return (bool(report.get("passed")), report.get("decisive_agreement", 0.0),
+            -report.get("max_abs_p", 0.0))
+
+
 def _reduced_variant(precision: str, options: ExportOptions, build: Path, fp32_graph: Path,
                      external: bool, runs: List[Any], reference: Any) -> Dict[str, Any]:
-    """Build the variant (int8: per-tensor and per-channel, keeping whichever agrees better),
-    verify it against PyTorch, and refuse it when it misses its thresholds."""
+    """Build the variant (int8: per-tensor and per-channel, each with full and 7-bit weight
+    range, keeping the best), verify it against PyTorch, and refuse it when it misses its
+    thresholds."""
     name = VARIANT_FILES[precision]
     if precision == "fp16":
         builders = [lambda target: to_fp16(fp32_graph, target, external)]
     else:
-        builders = [lambda target, channel=channel: to_int8(fp32_graph, target, channel,
-                                                              options.int8_embeddings, external)
-                    for channel in (False, True)]
+        builders = [lambda target, channel=channel, reduce=reduce: to_int8(
+                        fp32_graph, target, channel, reduce, options.int8_embeddings, external)
+                    for channel in (False, True) for reduce in (False, True)]
     best = None
     for attempt, builder in enumerate(builders):
         candidate = build / f"attempt{attempt}.{name}"
         optimisations = builder(candidate)
         report = _verified(candidate, precision, runs, reference, options.skip_verify)
-        if best is None or (report.get("argmax_agreement", 0), -report.get("max_abs_p", 0)) > \
-                (best[2].get("argmax_agreement", 0), -best[2].get("max_abs_p", 0)):
+        if best is None or _rank(report) > _rank(best[2]):
             if best is not None:
                 _remove_graph(best[0])
             best = (candidate, optimisations, report)

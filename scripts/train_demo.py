@@ -390,8 +390,8 @@ shuffled, `collate_items`, `soft_ce_loss`, `save_checkpoint`) in a loop of this 
 ({', '.join(report['training']['config']['curriculum'])}), then every remaining item shuffled,
 {report['training']['batches']} batches of {report['training']['config']['batch']} in all.
 AdamW, encoder learning rate {report['training']['config']['encoder_lr']}, head learning rate
-{report['training']['config']['head_lr']}, constant through the single-kind phases and cosine
-decay after; seed {report['seed']}, on the CPU. (Upstream's `laya.train.finetune`, which mixes
+{report['training']['config']['head_lr']}, a {WARMUP}-step warm-up, constant through the
+single-kind phases and cosine decay after; dropout off; seed {report['seed']}, on the CPU. (Upstream's `laya.train.finetune`, which mixes
 every kind from the first batch, left all of them at chance level within the same budget.)
 Temperatures were then refitted on the held-out calibration split with
 `laya.calibrate.fit_temperature_map`: {report['calibration']['temperature']} (choice, score,

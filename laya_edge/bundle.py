@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path, PurePosixPath
-from typing import Any, Dict, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 FORMAT = "laya-edge-bundle"
 FORMAT_VERSION = 1
@@ -21,17 +22,96 @@ GRAPH = "laya.onnx"
 GRAPH_INPUTS = ("input_ids", "attention_mask", "marker_pos", "marker_mask", "qtype")
 GRAPH_OUTPUTS = ("logits", "act_logits")
 MIN_MARKERS = 2
+# Files above this size are also hashed block by block, so a loader can check them in parallel.
+BLOCK_BYTES = 16 << 20
+READ_BYTES = 1 << 20
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
+def sidecar(graph_name: str) -> str:
+    """The external-data file holding a graph's weights: `<graph file name>.data` (the name
+    onnx and onnxruntime's writers give it and the graph refers to)."""
+    return graph_name + ".data"
+
+
+def sha256_file(path: PathLike, chunk: int = READ_BYTES) -> str:
     """Hex SHA-256 of a file, read in chunks so multi-GB weights need no memory."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(chunk), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def file_digests(path: PathLike, blocks: bool = False) -> Dict[str, Any]:
+    """`{"sha256", "bytes"}` of a file; with `blocks`, a file larger than `BLOCK_BYTES` also
+    gets the SHA-256 of each block (`"block_bytes"`, `"blocks"`), which a loader can check on
+    every core at once. One pass over the file either way."""
+    whole, block = hashlib.sha256(), hashlib.sha256()
+    size, filled, block_digests = 0, 0, []
+    with open(path, "rb") as handle:
+        for data in iter(lambda: handle.read(READ_BYTES), b""):
+            whole.update(data)
+            size += len(data)
+            while data:
+                take = data[:BLOCK_BYTES - filled]
+                block.update(take)
+                filled += len(take)
+                data = data[len(take):]
+                if filled == BLOCK_BYTES:
+                    block_digests.append(block.hexdigest())
+                    block, filled = hashlib.sha256(), 0
+    entry: Dict[str, Any] = {"sha256": whole.hexdigest(), "bytes": size}
+    if blocks and size > BLOCK_BYTES:
+        if filled:
+            block_digests.append(block.hexdigest())
+        entry.update(block_bytes=BLOCK_BYTES, blocks=block_digests)
+    return entry
+
+
+def _range_sha256(path: Path, start: int, length: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        while length > 0:
+            data = handle.read(min(READ_BYTES, length))
+            if not data:
+                break
+            digest.update(data)
+            length -= len(data)
+    return digest.hexdigest()
+
+
+def _on_every_core(jobs: Sequence[Callable[[], Any]]) -> List[Any]:
+    """Results of `jobs`, run on as many threads as there are cores (hashing and reading
+    release the GIL); the first error is raised once all have stopped."""
+    results: List[Any] = [None] * len(jobs)
+    errors: List[BaseException] = []
+    pending = iter(range(len(jobs)))
+    lock = threading.Lock()
+
+    def work() -> None:
+        while not errors:
+            with lock:
+                index = next(pending, None)
+            if index is None:
+                return
+            try:
+                results[index] = jobs[index]()
+            except BaseException as exc:  # handed to the caller below
+                errors.append(exc)
+
+    helpers = [threading.Thread(target=work, daemon=True)
+               for _ in range(min(len(jobs), os.cpu_count() or 1) - 1)]
+    for helper in helpers:
+        helper.start()
+    work()
+    for helper in helpers:
+        helper.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def inside(root: PathLike, relative: str) -> Path:
@@ -46,13 +126,11 @@ def inside(root: PathLike, relative: str) -> Path:
     return Path(root).joinpath(*pure.parts)
 
 
-def digests(root: PathLike, relatives: Iterable[str]) -> Dict[str, Dict[str, Any]]:
-    """`{relative path: {"sha256", "bytes"}}` for the given files under `root`."""
-    table = {}
-    for relative in sorted(relatives):
-        path = inside(root, relative)
-        table[relative] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
-    return table
+def digests(root: PathLike, relatives: Iterable[str],
+            blocks: bool = False) -> Dict[str, Dict[str, Any]]:
+    """`{relative path: file_digests(...)}` for the given files under `root`."""
+    return {relative: file_digests(inside(root, relative), blocks)
+            for relative in sorted(relatives)}
 
 
 def files_under(root: PathLike) -> list:
@@ -89,7 +167,8 @@ def read_manifest(directory: PathLike) -> Optional[Dict[str, Any]]:
 
 
 def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Iterable[str]) -> None:
-    """Compare each file's SHA-256 with the manifest before anything parses it."""
+    """Compare each file's SHA-256 with the manifest before anything parses it: block by block,
+    on every core, where the manifest lists blocks; else the whole file."""
     listed = manifest.get("files") or {}
     for relative in relatives:
         entry = listed.get(relative)
@@ -99,11 +178,34 @@ def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Ite
         path = inside(directory, relative)
         if not path.is_file():
             raise FileNotFoundError(f"bundle {str(directory)!r} is missing {relative!r}")
-        actual = sha256_file(path)
-        if actual != entry["sha256"]:
-            raise ValueError(f"bundle {str(directory)!r}: SHA-256 mismatch for {relative!r} "
-                             f"(manifest {entry['sha256']}, file {actual}); the file changed "
-                             "after export, refusing to load it")
+
+        def mismatch(detail: str) -> ValueError:
+            return ValueError(f"bundle {str(directory)!r}: SHA-256 mismatch for {relative!r} "
+                              f"({detail}); the file changed after export, refusing to load it")
+
+        if "blocks" not in entry:
+            actual = sha256_file(path)
+            if actual != entry["sha256"]:
+                raise mismatch(f"manifest {entry['sha256']}, file {actual}")
+            continue
+        block, wanted, listed_size = entry.get("block_bytes"), entry["blocks"], entry.get("bytes")
+        if not (_count(block) and block > 0 and _count(listed_size)
+                and isinstance(wanted, list) and len(wanted) == -(-listed_size // block)):
+            raise ValueError(f"bundle {str(directory)!r}: {MANIFEST} lists malformed blocks for "
+                             f"{relative!r}; refusing to load it")
+        size = path.stat().st_size
+        if size != listed_size:
+            raise mismatch(f"manifest {listed_size} bytes, file {size}")
+        actual_blocks = _on_every_core([
+            lambda start=start: _range_sha256(path, start, block)
+            for start in range(0, size, block)])
+        for index, (want, got) in enumerate(zip(wanted, actual_blocks)):
+            if want != got:
+                raise mismatch(f"block {index + 1} of {len(wanted)}: manifest {want}, file {got}")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def default_bundle_dir(name: str) -> Path:

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import warnings
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -55,6 +54,8 @@ def parse_device(device: Optional[str]) -> Tuple[str, int]:
 
 def dual_install() -> bool:
     """Whether the CPU and GPU builds of onnxruntime are both installed (they clash)."""
+    from importlib import metadata  # ~20 ms to import; only fallbacks and runtime_info ask
+
     names = {(dist.metadata["Name"] or "").lower() for dist in metadata.distributions()}
     return {"onnxruntime", "onnxruntime-gpu"} <= names
 
@@ -115,6 +116,8 @@ def _gpu_name(device_id: int) -> str:
 
 
 def _tensorrt_version() -> str:
+    from importlib import metadata
+
     for name in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt_libs"):
         try:
             return metadata.version(name)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .bundle import (CONFIG, GRAPH, MANIFEST, TOKENIZER_DIR, TOKENIZER_FILES, check_files,
-                     inside, read_manifest, sha256_file)
+                     inside, read_manifest, sha256_file, sidecar)
 
 HUB_FILES = (CONFIG, f"{TOKENIZER_DIR}/*", MANIFEST, "laya*.onnx", "laya*.onnx.data")
 
@@ -101,8 +101,8 @@ def _graph_files(directory: Path, graph: Path) -> List[str]:
         relative = graph.resolve().relative_to(directory.resolve()).as_posix()
     except ValueError:
         return []
-    sidecar = graph.with_name(graph.name + ".data")
-    return [relative] + ([relative + ".data"] if sidecar.is_file() else [])
+    weights = graph.with_name(sidecar(graph.name))
+    return [relative] + ([sidecar(relative)] if weights.is_file() else [])
 
 
 def _digests_from_environment() -> Optional[Dict[str, str]]:

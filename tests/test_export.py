@@ -231,7 +231,7 @@ def hub(monkeypatch, tmp_path):
 def test_bundle_layout_is_self_contained(bundles, checkpoints, kind):
     bundle, source = bundles[kind], checkpoints[kind]
     assert sorted(p.name for p in bundle.iterdir()) == sorted(
-        [fmt.CONFIG, fmt.TOKENIZER_DIR, fmt.GRAPH, fmt.MANIFEST])
+        [fmt.CONFIG, fmt.TOKENIZER_DIR, fmt.GRAPH, fmt.sidecar(fmt.GRAPH), fmt.MANIFEST])
     assert (bundle / fmt.CONFIG).read_bytes() == (source / fmt.CONFIG).read_bytes()
     expected = sorted(name for name in fmt.TOKENIZER_FILES
                       if (source / fmt.TOKENIZER_DIR / name).is_file())
@@ -315,7 +315,8 @@ def test_manifest_graph_contract_opset_and_versions(bundles, checkpoints, kind):
 
     assert graph["exporter"] == "dynamo", graph.get("exporter_failures")
     assert "exporter_failures" not in graph and graph["exporter_reason"]
-    assert graph["external_data"] is False and graph["parameter_bytes"] > 0
+    assert graph["external_data"] is True and graph["parameter_bytes"] > 0
+    assert graph["forward"] == "readout"
     versions = manifest["versions"]
     assert versions["laya_edge"] == laya_edge.__version__
     for package in ("torch", "onnx", "onnxscript", "onnxruntime", "laya", "transformers",
@@ -331,13 +332,20 @@ def test_manifest_hashes_every_file_and_reports_verification(bundles, checkpoint
     on_disk = [name for name in fmt.files_under(bundle) if name != fmt.MANIFEST]
     assert sorted(manifest["files"]) == sorted(on_disk)
     for name, entry in manifest["files"].items():
-        assert entry == {"sha256": sha256(bundle / name),
-                         "bytes": (bundle / name).stat().st_size}, name
+        data = (bundle / name).read_bytes()
+        expected = {"sha256": sha256(bundle / name), "bytes": len(data)}
+        if len(data) > fmt.BLOCK_BYTES:  # checked block by block, on every core, at load
+            expected.update(block_bytes=fmt.BLOCK_BYTES, blocks=[
+                hashlib.sha256(data[i:i + fmt.BLOCK_BYTES]).hexdigest()
+                for i in range(0, len(data), fmt.BLOCK_BYTES)])
+        assert entry == expected, name
+    if kind == "minilm":
+        assert len(manifest["files"][fmt.sidecar(fmt.GRAPH)]["blocks"]) > 1
 
     assert sorted(manifest["variants"]) == ["fp32"]
     fp32 = manifest["variants"]["fp32"]
-    assert fp32["precision"] == "fp32" and fp32["files"] == [fmt.GRAPH]
-    assert fp32["optimisations"]
+    assert fp32["precision"] == "fp32" and fp32["files"] == [fmt.GRAPH, fmt.sidecar(fmt.GRAPH)]
+    assert pipeline.READOUT in fp32["optimisations"]
     if kind == "minilm":  # a BERT encoder: its attention is fused, and the fused graph verified
         fusions = [line for line in fp32["optimisations"] if line.startswith("onnxscript ORT")]
         assert len(fusions) == 1 and "attention x6" in fusions[0]
@@ -761,10 +769,12 @@ def test_force_replaces_a_non_empty_out(checkpoints, tmp_path):
     summary = torchscript_export(checkpoints["modernbert-tiny"], out, force=True)
     assert summary["verification"]["passed"] is True
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [fmt.CONFIG, fmt.TOKENIZER_DIR, fmt.GRAPH, fmt.MANIFEST])
+        [fmt.CONFIG, fmt.TOKENIZER_DIR, fmt.GRAPH, fmt.sidecar(fmt.GRAPH), fmt.MANIFEST])
     assert read_manifest(out)["graph"]["exporter"] == "torchscript"
     assert leftovers(out) == []
+    # readable by a service user: the weights' writer makes its file 0600, the bundle does not
     assert oct(out.stat().st_mode & 0o777) == oct(0o755)
+    assert {oct(p.stat().st_mode & 0o777) for p in out.rglob("*")} == {oct(0o755), oct(0o644)}
 
 
 @pytest.mark.parametrize("failure", [RuntimeError, KeyboardInterrupt])
@@ -810,31 +820,41 @@ def test_skip_verify_is_recorded(checkpoints, monkeypatch, tmp_path, capsys):
     assert report == {"skipped": True, "passed": None, "precision": "fp32"}
 
 
-def test_external_data_export(checkpoints, references, tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_weights_live_in_the_graphs_sidecar(bundles, kind):
+    """External data by default: the graph names its sidecar by file name, so both travel
+    together and onnxruntime maps the weights instead of copying them out of the protobuf."""
+    import onnx
+
+    bundle = bundles[kind]
+    model = onnx.load(str(bundle / fmt.GRAPH), load_external_data=False)
+    locations = {entry.value for init in model.graph.initializer
+                 if init.data_location == onnx.TensorProto.EXTERNAL
+                 for entry in init.external_data if entry.key == "location"}
+    assert locations == {fmt.sidecar(fmt.GRAPH)}
+    weights = read_manifest(bundle)["graph"]["parameter_bytes"]
+    assert (bundle / fmt.sidecar(fmt.GRAPH)).stat().st_size >= 0.8 * weights
+
+
+def test_no_external_data_keeps_the_weights_inside_the_graph(checkpoints, references, tmp_path):
     import onnx
 
     out = tmp_path / "bundle"
     out.mkdir()          # an existing empty --out needs no --force
-    summary = torchscript_export(checkpoints["modernbert-tiny"], out, external_data=True)
-    data = out / (fmt.GRAPH + ".data")
-    assert data.is_file() and data.stat().st_size > (out / fmt.GRAPH).stat().st_size
+    summary = torchscript_export(checkpoints["modernbert-tiny"], out, external_data=False)
+    assert not (out / fmt.sidecar(fmt.GRAPH)).exists()
     manifest = read_manifest(out)
     assert summary["exporter"] == manifest["graph"]["exporter"] == "torchscript"
     assert manifest["graph"]["exporter_reason"] == "requested"
-    assert manifest["graph"]["external_data"] is True
-    assert manifest["files"][fmt.GRAPH + ".data"] == {"sha256": sha256(data),
-                                                      "bytes": data.stat().st_size}
+    assert manifest["graph"]["external_data"] is False
     fp32 = manifest["variants"]["fp32"]
-    assert fp32["files"] == [fmt.GRAPH, fmt.GRAPH + ".data"]
+    assert fp32["files"] == [fmt.GRAPH]
     assert fp32["verification"]["passed"] is True and fp32["verification"]["skipped"] is False
     assert fp32["verification"]["max_abs_p"] <= 1e-4
 
     model = onnx.load(str(out / fmt.GRAPH), load_external_data=False)
-    external = [init.name for init in model.graph.initializer
+    assert not [init.name for init in model.graph.initializer
                 if init.data_location == onnx.TensorProto.EXTERNAL]
-    assert external and all(entry.value == data.name for init in model.graph.initializer
-                            if init.data_location == onnx.TensorProto.EXTERNAL
-                            for entry in init.external_data if entry.key == "location")
     session = ort_session(out / fmt.GRAPH)
     assert_graph_matches_reference(session, references("modernbert-tiny"), FRESH_STATES,
                                    FRESH_QUESTIONS)
@@ -988,11 +1008,17 @@ def test_recipe_defaults_out_to_the_directory_the_router_reads(tmp_path, monkeyp
     assert default_bundle_dir("typed-decisions") == options.out
 
 
-def test_no_fuse_keeps_the_plain_graph(checkpoints, tmp_path, capsys):
+def test_no_fuse_and_no_readout_export_the_models_own_forward(checkpoints, tmp_path, capsys):
+    """The plain graph a straight torch.onnx export gives: standard ONNX operators only, every
+    position of the last head layer computed; still verified like any graph."""
     out = tmp_path / "bundle"
-    code = cli.main([str(checkpoints["minilm"]), "--out", str(out), "--no-fuse", "--json"])
+    code = cli.main([str(checkpoints["minilm"]), "--out", str(out), "--no-fuse", "--no-readout",
+                     "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and "fuse" not in summary["stages"]
     manifest = read_manifest(out)
-    assert not any("ORT fusions" in line for line in manifest["variants"]["fp32"]["optimisations"])
+    optimisations = manifest["variants"]["fp32"]["optimisations"]
+    assert not any("ORT fusions" in line for line in optimisations)
+    assert pipeline.READOUT not in optimisations and manifest["graph"]["forward"] == "model"
     assert "com.microsoft" not in manifest["graph"]["opset_imports"]
+    assert summary["verification"]["passed"] is True

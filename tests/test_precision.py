@@ -5,6 +5,7 @@ the variants' verification and thresholds, the planning of device/precision/prov
 provider options built for CUDA and TensorRT, the fallbacks and their warnings, and that the
 IO-binding run path gives the plain run's answers.
 """
+import importlib.metadata
 import json
 import shutil
 import warnings
@@ -110,8 +111,9 @@ def test_bad_precision_argument_is_one_line(capsys, tmp_path):
 def test_fp16_variant_is_verified_and_listed(fp16_bundle):
     manifest = read_manifest(fp16_bundle)
     variant = manifest["variants"]["fp16"]
-    assert variant["files"] == ["laya.fp16.onnx"]
-    assert variant["bytes"] == (fp16_bundle / "laya.fp16.onnx").stat().st_size
+    assert variant["files"] == ["laya.fp16.onnx", "laya.fp16.onnx.data"]
+    assert variant["bytes"] == sum((fp16_bundle / name).stat().st_size
+                                   for name in variant["files"])
     assert variant["bytes"] < 0.6 * manifest["variants"]["fp32"]["bytes"]
     report = variant["verification"]
     assert report["precision"] == "fp16" and report["passed"] is True
@@ -192,12 +194,30 @@ def test_skip_verify_records_unverified_variants(checkpoints, tmp_path):
     assert summary["variants"]["int8"]["verification"] == {"skipped": True, "passed": None,
                                                            "precision": "int8"}
     names = sorted(p.name for p in out.iterdir())
-    assert "laya.int8.onnx" in names and not [n for n in names if n.startswith("attempt")]
+    assert "laya.int8.onnx" in names and not [n for n in names if "attempt" in n]
     agent = quiet_load(out)
     info = agent.runtime_info()
     assert info["precision"] == "int8" and info["available_variants"] == ["fp32", "int8"]
     assert "precision=auto on cpu: int8" in info["reasons"][1]
     assert agent.system_one(STATES[0], QUESTIONS)["answers"]["dept"]["type"] == "choice"
+
+
+def test_int8_is_quantised_from_the_fused_graph(checkpoints, tmp_path):
+    """MiniLM's attention fuses, and the int8 variant quantises the fused graph: the packed
+    attention weights become int8 too (QAttention), and the graph finds its own sidecar."""
+    import onnx
+
+    out = tmp_path / "int8"
+    export_bundle(ExportOptions(source=str(checkpoints["minilm"]), out=out, skip_verify=True,
+                                precisions=("fp32", "int8")), Progress(quiet=True))
+    variant = read_manifest(out)["variants"]["int8"]
+    assert variant["files"] == ["laya.int8.onnx", "laya.int8.onnx.data"]
+    assert any(line.startswith("onnxscript ORT fusions") and "packed_qkv_weights x6" in line
+               for line in variant["optimisations"])
+    graph = onnx.load(str(out / "laya.int8.onnx"))
+    operators = [node.op_type for node in graph.graph.node]
+    assert operators.count("QAttention") == 6 and "Attention" not in operators
+    assert quiet_load(out, precision="int8").system_one(STATES[0], QUESTIONS)["answers"]
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -271,12 +291,12 @@ def test_dual_install_is_detected_and_explained(monkeypatch):
         def __init__(self, name):
             self.metadata = {"Name": name}
 
-    monkeypatch.setattr(S.metadata, "distributions",
+    monkeypatch.setattr(importlib.metadata, "distributions",
                         lambda: [Dist("onnxruntime"), Dist("onnxruntime-gpu"), Dist("numpy")])
     assert S.dual_install() is True
     with pytest.warns(RuntimeWarning, match="both onnxruntime and onnxruntime-gpu are installed"):
         S.plan("cuda", None, [S.CPU], VARIANTS)
-    monkeypatch.setattr(S.metadata, "distributions", lambda: [Dist("onnxruntime")])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [Dist("onnxruntime")])
     assert S.dual_install() is False
 
 

@@ -20,8 +20,8 @@ examples:
   python -m laya_edge.export --recipe export/english.json --json
       (writes ~/.cache/laya_edge/bundles/english, where laya_edge.Router looks for it)
 
-The bundle holds rl_agent_config.json, tokenizer/, laya.onnx (+ laya.onnx.data for large
-weights) and the manifest laya_edge.json with hashes and the verification report.
+The bundle holds rl_agent_config.json, tokenizer/, laya.onnx with its weights in
+laya.onnx.data, and the manifest laya_edge.json with hashes and the verification report.
 """
 
 
@@ -58,9 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default 18)")
     data = parser.add_mutually_exclusive_group()
     data.add_argument("--external-data", dest="external_data", action="store_true", default=None,
-                      help="store weights in laya.onnx.data (default: only above 1.8 GB)")
+                      help="store weights in laya.onnx.data (the default: onnxruntime maps "
+                           "the file instead of copying the weights, so loads are faster)")
     data.add_argument("--no-external-data", dest="external_data", action="store_false",
-                      help="keep weights inside laya.onnx (fails above the 2 GB protobuf limit)")
+                      help="keep weights inside laya.onnx (one file per graph; refused above "
+                           "the 2 GB protobuf limit)")
     parser.add_argument("--precision", default="fp32", metavar="LIST",
                         help="variants to build, comma-separated from fp32,fp16,int8 (fp32 is "
                              "always kept as the reference); each is verified against PyTorch "
@@ -74,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-fuse", dest="fuse", action="store_false",
                         help="keep the plain ONNX graph: no onnxruntime fusions (attention, GELU, "
                              "skip-layer-norm); the fused graph runs on onnxruntime only")
+    parser.add_argument("--no-readout", dest="readout", action="store_false",
+                        help="export the model's own forward, which computes every position of "
+                             "the last head layer (default: only the option markers and position "
+                             "0, which the outputs read; same answers, less compute)")
     parser.add_argument("--probe-seed", type=int, default=0,
                         help="seed of the generated verification probe set (default 0)")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -120,6 +126,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         opset=args.opset or recipe.get("opset", DEFAULT_OPSET),
         external_data=args.external_data, shape_ranges=shapes, probe_seed=args.probe_seed,
         precisions=precisions, ship=ship, int8_embeddings=args.int8_embeddings, fuse=args.fuse,
+        readout=args.readout,
         recipe=os.path.basename(args.recipe) if args.recipe else None)
 
 

@@ -2,9 +2,8 @@
 
 onnxscript's ORT fusion rewriter turns the decomposed attention of the dynamo graph into
 `Attention`/`MultiHeadAttention` and folds bias+GELU and residual+LayerNorm into single kernels
-(onnxruntime's own BERT optimizer does not recognise this graph). On the MiniLM test checkpoint
-this answers about 20% faster on a CPU (scripts/bench.py). The fused graph uses com.microsoft
-operators, so it runs on onnxruntime only, which is what the bundle is for.
+(onnxruntime's own BERT optimizer does not recognise this graph). The fused graph uses
+com.microsoft operators, so it runs on onnxruntime only, which is what the bundle is for.
 """
 from __future__ import annotations
 
@@ -12,7 +11,9 @@ import contextlib
 import io
 import logging
 from pathlib import Path
-from typing import Dict
+from typing import Any, Dict
+
+from ..bundle import sidecar
 
 
 def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
@@ -27,8 +28,38 @@ def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             fused, counts = ort_fusions.optimize_for_ort(model)
+            packed = pack_attention_weights(fused)
     finally:
         quiet.setLevel(level)
     onnxscript.ir.save(fused, str(target),
-                       external_data=(target.name + ".data") if external else None)
-    return {name: int(count) for name, count in counts.items() if count}
+                       external_data=sidecar(target.name) if external else None)
+    applied = {name: int(count) for name, count in counts.items() if count}
+    if packed:
+        applied["packed_qkv_weights"] = packed
+    return applied
+
+
+def pack_attention_weights(model: Any) -> int:
+    """Store each `Attention`'s packed query/key/value weight as one initializer; return how
+    many were packed.
+
+    The rewriter leaves the packing as a Concat of the three weights, which every session would
+    fold again at load, and it marks the equal split with `qkv_hidden_sizes`, which the int8
+    quantiser refuses to quantise. Both are undone here: the Concat is folded once, and the
+    attribute is dropped where the three sizes are equal, which is what `Attention` assumes
+    without it.
+    """
+    from onnxscript import optimizer
+
+    optimizer.fold_constants(model, should_fold=lambda node: True if node.op_type == "Concat"
+                             else None)
+    packed = 0
+    for node in model.graph:
+        if node.op_type != "Attention" or node.inputs[1] is None \
+                or node.inputs[1].const_value is None:
+            continue
+        packed += 1
+        sizes = node.attributes.get("qkv_hidden_sizes")
+        if sizes is not None and len(set(sizes.as_ints())) == 1:
+            del node.attributes["qkv_hidden_sizes"]
+    return packed

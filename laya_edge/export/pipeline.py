@@ -23,15 +23,18 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import __version__
 from ..bundle import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER_DIR,
-                      TOKENIZER_FILES, digests, files_under, write_manifest)
+                      TOKENIZER_FILES, digests, files_under, sidecar, write_manifest)
 from ..tokenizer import load_tokenizer, special_tokens
 from . import checkpoint as ckpt
+from .forward import readout_module, supports_readout
 from .fusion import fuse_for_ort
 from .graph import DEFAULT_OPSET, describe, export_graph
 from .precision import VARIANT_FILES, to_fp16, to_int8
 from .probes import probe_cases
 from .verify import require_pass, run_reference, verify_graph
 
+READOUT = ("read-out: the last head layer evaluated at the option markers and position 0 only, "
+           "head projection weights split")
 DEFAULT_SHAPES = {"batch": {"min": 1, "opt": 8, "max": 64},
                   "markers": {"min": 2, "opt": 4, "max": 64}}
 
@@ -55,6 +58,7 @@ class ExportOptions:
     ship: Optional[Tuple[str, ...]] = None  # variants written to the bundle; None: all built
     int8_embeddings: bool = False
     fuse: bool = True
+    readout: bool = True
     probe_seed: int = 0
     recipe: Optional[str] = None
 
@@ -132,7 +136,11 @@ def _publish(build: Path, out: Path) -> None:
     if out.exists():
         retired = out.with_name(f".{out.name}.{time.time_ns()}.old")
         out.rename(retired)
-    build.chmod(0o755)  # mkdtemp's 0700 would hide the bundle from a service user
+    # mkdtemp's 0700, and the 0600 some writers give weight files, would hide the bundle from
+    # a service user: a bundle is published readable by all, writable by its owner.
+    build.chmod(0o755)
+    for path in build.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
     build.rename(out)
     if retired is not None:
         shutil.rmtree(retired, ignore_errors=True)
@@ -200,11 +208,17 @@ def _build(options: ExportOptions, build: Path,
         cases = probe_cases(int(checkpoint.config.get("max_len", 512)), options.probe_seed)
         runs = run_reference(reference, cases)
     graph_path = build / GRAPH
+    readout = options.readout and supports_readout(reference.model)
+    if options.readout and not readout:
+        progress.log("export: the head has no pre-norm layers to evaluate at the read "
+                     "positions only; exporting the model's own forward")
+    module = readout_module(reference.model) if readout else reference.model
     with progress.stage("export", f"torch.onnx.export ({options.exporter})"), \
             contextlib.redirect_stdout(progress.chatter):
-        graph_info = export_graph(reference.model, runs[0].batch, graph_path,
+        graph_info = export_graph(module, runs[0].batch, graph_path,
                                   exporter=options.exporter, opset=options.opset,
                                   external_data=options.external_data, log=progress.log)
+    graph_info["forward"] = "readout" if readout else "model"
     with progress.stage("optimise", "checking the graph"):
         import onnx
 
@@ -213,6 +227,8 @@ def _build(options: ExportOptions, build: Path,
         optimisations = (["onnxscript.optimizer (dynamo exporter: constant folding, "
                           "dead-code elimination)"] if graph_info["exporter"] == "dynamo"
                          else ["constant folding (TorchScript exporter)"])
+        if readout:
+            optimisations.append(READOUT)
     if options.skip_verify:
         progress.log("verify: skipped (--skip-verify)")
         report = _verified(graph_path, "fp32", runs, reference, skip=True)
@@ -221,19 +237,28 @@ def _build(options: ExportOptions, build: Path,
                                       "onnxruntime"):
             report = _verified(graph_path, "fp32", runs, reference, skip=False)
             require_pass(report, graph_path)
+    fused = None
+    if options.fuse:
+        with progress.stage("fuse", "onnxruntime fusions (attention, GELU, skip-layer-norm)"):
+            fused = _fuse(graph_path, graph_info["external_data"], runs, reference, options,
+                          progress)
+    fused_optimisations = optimisations + ([fused[1]] if fused else [])
     variants = {}
     for precision in options.precisions:
         if precision == "fp32":
             continue
-        # From the plain graph: fp16 conversion breaks the fused attention kernels.
+        # fp16 from the plain graph: the fp16 conversion breaks the fused attention kernels.
+        # int8 from the fused one, whose packed attention weights quantise too (QAttention).
+        source, inherited = ((fused[0], fused_optimisations) if fused and precision == "int8"
+                             else (graph_path, optimisations))
         with progress.stage(precision, f"building and verifying the {precision} variant"):
-            variants[precision] = _reduced_variant(precision, options, build, graph_path,
-                                                   graph_info["external_data"], runs, reference)
-    if options.fuse:
-        with progress.stage("fuse", "onnxruntime fusions (attention, GELU, skip-layer-norm)"):
-            report = _fused(graph_path, graph_info["external_data"], runs, reference, options,
-                            optimisations, progress) or report
-            graph_info.update(describe(graph_path))
+            variants[precision] = _reduced_variant(precision, options, build, source,
+                                                   graph_info["external_data"], runs, reference,
+                                                   list(inherited))
+    if fused:
+        _replace_graph(graph_path, fused[0])
+        optimisations, report = fused_optimisations, fused[2]
+        graph_info.update(describe(graph_path))
     variants = {"fp32": _variant_entry(build, GRAPH, "fp32", optimisations, report), **variants}
     for precision in set(variants) - set(options.ship or variants):
         _remove_graph(build / variants.pop(precision)["files"][0])
@@ -251,14 +276,15 @@ def _build(options: ExportOptions, build: Path,
         "graph": dict(graph_info, shape_ranges=_shape_ranges(options, reference)),
         "versions": _versions(),
         "variants": variants,
-        "files": digests(build, [name for name in files_under(build) if name != MANIFEST]),
+        "files": digests(build, [name for name in files_under(build) if name != MANIFEST],
+                         blocks=True),
     }, report
 
 
-def _fused(graph: Path, external: bool, runs: List[Any], reference: Any, options: ExportOptions,
-           optimisations: List[str], progress: Progress) -> Optional[Dict[str, Any]]:
-    """Replace the graph with its fused form when that passes verification too; the fused
-    graph's report, or None when the plain graph is kept."""
+def _fuse(graph: Path, external: bool, runs: List[Any], reference: Any, options: ExportOptions,
+          progress: Progress) -> Optional[Tuple[Path, str, Dict[str, Any]]]:
+    """The fused form of the graph, built beside it, when it passes verification too:
+    `(fused graph, what was applied, its report)`, or None when the plain graph is kept."""
     staging = graph.parent / "fused"
     staging.mkdir()
     candidate = staging / graph.name
@@ -274,13 +300,17 @@ def _fused(graph: Path, external: bool, runs: List[Any], reference: Any, options
                      "the fused graph failed verification") + ")")
         shutil.rmtree(staging)
         return None
+    return candidate, "onnxscript ORT fusions: " + ", ".join(
+        f"{name} x{count}" for name, count in sorted(applied.items())), report
+
+
+def _replace_graph(graph: Path, built: Path) -> None:
+    """Put the graph built at `built` (with its sidecar, in a directory of its own) in place of
+    `graph`, and remove that directory."""
     _remove_graph(graph)
-    for produced in staging.iterdir():
+    for produced in built.parent.iterdir():
         produced.rename(graph.parent / produced.name)
-    staging.rmdir()
-    optimisations.append("onnxscript ORT fusions: " + ", ".join(
-        f"{name} x{count}" for name, count in sorted(applied.items())))
-    return report
+    built.parent.rmdir()
 
 
 def _verified(graph: Path, precision: str, runs: List[Any], reference: Any,
@@ -292,13 +322,13 @@ def _verified(graph: Path, precision: str, runs: List[Any], reference: Any,
 
 def _variant_entry(build: Path, name: str, precision: str, optimisations: List[str],
                    report: Dict[str, Any]) -> Dict[str, Any]:
-    files = [name] + ([name + ".data"] if (build / (name + ".data")).exists() else [])
+    files = [name] + ([sidecar(name)] if (build / sidecar(name)).exists() else [])
     return {"precision": precision, "files": files, "optimisations": optimisations,
             "bytes": sum((build / f).stat().st_size for f in files), "verification": report}
 
 
 def _remove_graph(path: Path) -> None:
-    for doomed in (path, path.with_name(path.name + ".data")):
+    for doomed in (path, path.with_name(sidecar(path.name))):
         doomed.unlink(missing_ok=True)
 
 
@@ -308,36 +338,40 @@ def _rank(report: Dict[str, Any]) -> Tuple[bool, float, float]:
             -report.get("max_abs_p", 0.0))
 
 
-def _reduced_variant(precision: str, options: ExportOptions, build: Path, fp32_graph: Path,
-                     external: bool, runs: List[Any], reference: Any) -> Dict[str, Any]:
+def _reduced_variant(precision: str, options: ExportOptions, build: Path, source_graph: Path,
+                     external: bool, runs: List[Any], reference: Any,
+                     inherited: List[str]) -> Dict[str, Any]:
     """Build the variant (int8: per-tensor and per-channel, each with full and 7-bit weight
     range, keeping the best), verify it against PyTorch, and refuse it when it misses its
-    thresholds."""
+    thresholds. `source_graph` is the fp32 graph it is made from, `inherited` what was done to
+    that graph."""
     name = VARIANT_FILES[precision]
     if precision == "fp16":
-        builders = [lambda target: to_fp16(fp32_graph, target, external)]
+        builders = [lambda target: to_fp16(source_graph, target, external)]
     else:
         builders = [lambda target, channel=channel, reduce=reduce: to_int8(
-                        fp32_graph, target, channel, reduce, options.int8_embeddings, external)
+                        source_graph, target, channel, reduce, options.int8_embeddings, external)
                     for channel in (False, True) for reduce in (False, True)]
+    if options.skip_verify:  # nothing to rank the candidates by
+        builders = builders[:1]
     best = None
     for attempt, builder in enumerate(builders):
-        candidate = build / f"attempt{attempt}.{name}"
+        # Each candidate under its final name, in a directory of its own: a graph names its
+        # external-data sidecar by file name, so neither may be renamed afterwards.
+        candidate = build / f"{name}.attempt{attempt}" / name
+        candidate.parent.mkdir()
         optimisations = builder(candidate)
         report = _verified(candidate, precision, runs, reference, options.skip_verify)
         if best is None or _rank(report) > _rank(best[2]):
             if best is not None:
-                _remove_graph(best[0])
+                shutil.rmtree(best[0].parent)
             best = (candidate, optimisations, report)
         else:
-            _remove_graph(candidate)
+            shutil.rmtree(candidate.parent)
     candidate, optimisations, report = best
     require_pass(report, build / name)
-    candidate.rename(build / name)
-    sidecar = candidate.with_name(candidate.name + ".data")
-    if sidecar.exists():
-        sidecar.rename(build / (name + ".data"))
-    return _variant_entry(build, name, precision, optimisations, report)
+    _replace_graph(build / name, candidate)
+    return _variant_entry(build, name, precision, inherited + optimisations, report)
 
 
 def read_recipe(path: Any) -> Dict[str, Any]:

@@ -11,6 +11,8 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any, List, Set, Tuple
 
+from ..bundle import sidecar
+
 VARIANT_FILES = {"fp16": "laya.fp16.onnx", "int8": "laya.int8.onnx"}
 PRECISIONS = ("fp32", "fp16", "int8")
 # Kept in fp32 in the fp16 graph: normalisation and softmax statistics overflow or lose the
@@ -72,19 +74,20 @@ def to_fp16(source: Path, target: Path, external: bool) -> List[str]:
     converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=FP16_KEEP_OPS,
                                          node_block_list=sorted(decision_head_nodes(model)))
     onnx.save_model(converted, str(target), save_as_external_data=external,
-                    all_tensors_to_one_file=True, location=target.name + ".data")
+                    all_tensors_to_one_file=True, location=sidecar(target.name))
     return ["fp16 conversion (onnxruntime.transformers.float16, keep_io_types), "
             f"fp32 kept for {', '.join(FP16_KEEP_OPS)} and the decision head"]
 
 
 def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, embeddings: bool,
             external: bool) -> List[str]:
-    """Dynamic int8 quantisation of the weight matrix multiplications (and optionally the
-    embedding table, for size). `reduce_range` keeps weights to 7 bits, which avoids the
-    saturating u8 x s8 multiply-add of CPUs without VNNI at a little resolution."""
+    """Dynamic int8 quantisation of the weight matrix multiplications, fused attention
+    projections included (and optionally the embedding table, for size). `reduce_range` keeps
+    weights to 7 bits, which avoids the saturating u8 x s8 multiply-add of CPUs without VNNI at a
+    little resolution."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    operators = ["MatMul", "Gemm"] + (["Gather"] if embeddings else [])
+    operators = ["MatMul", "Gemm", "Attention"] + (["Gather"] if embeddings else [])
     quiet = logging.getLogger()
     level = quiet.level
     quiet.setLevel(logging.ERROR)  # the quantizer's "consider pre-processing" notice

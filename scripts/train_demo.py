@@ -35,9 +35,9 @@ These figures predate the wider training-family phrase pools now in demo_tickets
 defaults have not been rerun on them. A frozen-encoder variant tried on them (heads trained on
 cached encoder states, department first, then the named-option kinds, then all; 1500 batches
 of 32, a 23-minute run) lifted department to 0.50 on held-out tickets but left sentiment at
-0.35 and urgency at 0.23, and its int8 graph was unusable (max |dp| 0.72 in the exporter's verification, up to
-1.0 on held-out tickets), likely because heads fitted to a fixed encoder's fine differences
-amplify its quantisation noise as well.
+0.35 and urgency at 0.23, and its int8 graph was unusable (max |dp| 0.72 in the exporter's
+verification, up to 1.0 on held-out tickets), likely because heads fitted to a fixed encoder's
+fine differences amplify its quantisation noise as well.
 
 Examples::
 

@@ -34,12 +34,12 @@ tickets and 0.13 on fresh training-family ones: department never leaves chance l
 These figures predate the wider training-family phrase pools now in demo_tickets.py. Rerun on
 them (1129 s of training), the defaults score on the first 100 held-out test tickets: department
 0.25, urgency 0.27, churn risk 0.67, refund 0.70, sentiment 0.56, statements 0.73 (ECE 0.063),
-and int8 missed the exporter's bar again (max |dp| 0.091). A frozen-encoder variant tried on them (heads trained on
-cached encoder states, department first, then the named-option kinds, then all; 1500 batches
-of 32, a 23-minute run) lifted department to 0.50 on held-out tickets but left sentiment at
-0.35 and urgency at 0.23, and its int8 graph was unusable (max |dp| 0.72 in the exporter's
-verification, up to 1.0 on held-out tickets), likely because heads fitted to a fixed encoder's
-fine differences amplify its quantisation noise as well.
+and int8 missed the exporter's bar again (max |dp| 0.091). A frozen-encoder variant tried on
+them (heads trained on cached encoder states, department first, then the named-option kinds,
+then all; 1500 batches of 32, a 23-minute run) lifted department to 0.50 on held-out tickets but
+left sentiment at 0.35 and urgency at 0.23, and its int8 graph was unusable (max |dp| 0.72 in
+the exporter's verification, up to 1.0 on held-out tickets), likely because heads fitted to a
+fixed encoder's fine differences amplify its quantisation noise as well.
 
 Examples::
 

@@ -43,7 +43,7 @@ fixed encoder's fine differences amplify its quantisation noise as well.
 
 Examples::
 
-    python scripts/train_demo.py                      # the full run (~16 min on 2 cores)
+    python scripts/train_demo.py                      # the full run (~20 min on 2 cores)
     python scripts/train_demo.py --evaluate-only      # re-measure models/demo-support-en
     python scripts/train_demo.py --base CKPT --train-tickets 8 --calib-tickets 4 \\
         --test-tickets 4 --models /tmp/m --work /tmp/w --no-torch-eval   # a smoke run

@@ -42,10 +42,16 @@ def test_blocks_are_checked_on_several_threads(weights, monkeypatch):
     path, manifest = weights
     monkeypatch.setattr(fmt.os, "cpu_count", lambda: 3)
     seen = set()
+    second_thread = threading.Event()
     real = fmt._range_sha256
 
     def recording(*args):
+        """The first thread in waits (up to 10 s) for another one, so a fast machine cannot
+        finish every block on one thread before the helpers start."""
         seen.add(threading.get_ident())
+        if len(seen) >= 2:
+            second_thread.set()
+        second_thread.wait(timeout=10)
         return real(*args)
 
     monkeypatch.setattr(fmt, "_range_sha256", recording)

@@ -4,13 +4,17 @@ One row per (state, question):
 
     [CLS] <type> question: <instructions> [SEP] [MASK] opt0 [MASK] opt1 ... [SEP] state [SEP]
 
-Question heads are tokenised once per call and shared by every state; all states of a call are
-tokenised in one batch call. Nothing here mutates the tokenizer, so encoding is thread-safe.
+Question heads are tokenised once per distinct question and kept for later calls (services ask
+the same questions again and again); all states of a call are tokenised in one batch call.
+Nothing here mutates the tokenizer, and the head cache sits behind a lock, so encoding is
+thread-safe.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
@@ -23,13 +27,17 @@ from .tokenizer import SpecialToken, load_tokenizer, special_tokens
 INSTRUCTION_FLOOR = 8
 OPTION_BUDGET_FLOOR = 16
 OPTION_TOKEN_FLOOR = 4
+HEAD_CACHE_SIZE = 512
 # Applied after decoding by the oracle's tokenizer stack when a non-BPE tokenizer asks for it.
 CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
             (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 
 class Head(NamedTuple):
-    """A question's half of every row: token ids, marker positions and option statistics."""
+    """A question's half of every row: token ids, marker positions and option statistics.
+
+    Heads are cached and shared between calls and threads: nothing may mutate their lists.
+    """
 
     ids: List[int]
     markers: List[int]
@@ -71,6 +79,9 @@ class Encoder:
     mask: SpecialToken
     keep_tail_of_options: bool
     clean_up_decoded: bool
+    _heads: "OrderedDict[Any, Head]" = field(default_factory=OrderedDict, repr=False,
+                                             compare=False)
+    _heads_lock: Any = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def from_directory(cls, directory: Any) -> "Encoder":
@@ -112,12 +123,27 @@ class Encoder:
                                                f"state {i}") for i, state in enumerate(states)])
 
     def head(self, question: Question, head_max_len: int) -> Head:
-        """The question half of a row, with options cut to fit `head_max_len`."""
+        """The question half of a row, with options cut to fit `head_max_len`; the last
+        HEAD_CACHE_SIZE distinct heads are kept, so a repeated question is not re-tokenised."""
         texts = render_options(question)
-        order = question.option_order or range(len(texts))
-        encoded = self.encode_many(
-            [f"{question.qtype} question: {self.scrub(question.instructions)}"]
-            + [" " + self.scrub(texts[i]) for i in order])
+        options = tuple(texts[i] for i in (question.option_order or range(len(texts))))
+        key = (question.qtype, question.instructions, options, head_max_len)
+        with self._heads_lock:
+            head = self._heads.get(key)
+            if head is not None:
+                self._heads.move_to_end(key)
+                return head
+        head = self._build_head(question.qtype, question.instructions, options, head_max_len)
+        with self._heads_lock:
+            self._heads[key] = head
+            if len(self._heads) > HEAD_CACHE_SIZE:
+                self._heads.popitem(last=False)
+        return head
+
+    def _build_head(self, qtype: str, instructions: str, option_texts: Sequence[str],
+                    head_max_len: int) -> Head:
+        encoded = self.encode_many([f"{qtype} question: {self.scrub(instructions)}"]
+                                   + [" " + self.scrub(text) for text in option_texts])
         instruction = encoded[0]
         options = [[self.mask.id] + (ids[-OPTION_TOKENS:] if self.keep_tail_of_options
                                      else ids[:OPTION_TOKENS]) for ids in encoded[1:]]

@@ -41,14 +41,18 @@ left sentiment at 0.35 and urgency at 0.23, and its int8 graph was unusable (max
 the exporter's verification, up to 1.0 on held-out tickets), likely because heads fitted to a
 fixed encoder's fine differences amplify its quantisation noise as well.
 
-Why the choice and score kinds stall (probes of 60-150 steps, 2026-12-01): the fresh type
-embedding (N(0, 1), norm ~20) swamps MiniLM's states (norm ~4.6) and lifts the option markers'
-cosine from 0.81 to 0.96, but re-initialising it at std 0.02 did not shorten the plateau, nor did
-head learning rates of 1e-4 to 3e-3, a 4x scorer scale or identity-biased head attention, on
-cached states or end to end (urgency alone stays at ln 4 for 80 batches). A yes/no question
-learns within 50 batches because its second marker sits next to the ticket and takes in more of
-it than the first; the markers of a choice list are alike, so telling them apart needs the head
-to bind each marker to its option's words first, which these runs never reached in budget.
+Why the choice and score kinds stall (probes, 2026-12-01): the fresh type embedding (N(0, 1),
+norm ~20) swamps MiniLM's states (norm ~4.6) and lifts the option markers' cosine from 0.81 to
+0.96. Within 60-150 steps neither re-initialising it at std 0.02, nor head learning rates of 1e-4
+to 3e-3, a 4x scorer scale or identity-biased head attention left the plateau, on cached states
+or end to end (urgency alone stays at ln 4 for 80 batches). Over 900 steps of department alone on
+2700 cached items (each seen ~10 times), std 0.02 left it at ~450 steps (training loss 0.29 by
+850) where the default was only starting to (1.38 at 875), but unseen training-family items
+stayed at chance in both: the heads memorised those items; they did not learn to bind options to
+text. A yes/no question learns within 50 batches because its second marker sits next to the
+ticket and takes in more of it than the first; the markers of a choice list are alike, so telling
+them apart needs the head to bind each marker to its option's words first, which these runs never
+reached in budget.
 
 Examples::
 

@@ -106,3 +106,44 @@ def test_learning_rate_warms_up_stays_flat_through_the_phases_then_decays():
     assert factors[warmup:21] == [1.0] * (21 - warmup)
     assert all(a >= b for a, b in zip(factors[20:], factors[21:]))
     assert train_demo.learning_rate_factor(40, 20, 40) == pytest.approx(0.05)
+
+
+def test_option_spans_average_over_each_options_words():
+    import torch
+
+    sep, mask = 102, 103
+    # [CLS] head [SEP] [MASK] a b [MASK] c [SEP] state [SEP] | a row with three options, padded
+    ids = torch.tensor([[101, 7, sep, mask, 11, 12, mask, 13, sep, 20, sep, 0],
+                        [101, sep, mask, 11, mask, 12, 13, 14, mask, 15, sep, sep]])
+    marker_pos = torch.tensor([[3, 6, 0], [2, 4, 8]])
+    marker_mask = torch.tensor([[True, True, False], [True, True, True]])
+    spans = train_demo.option_spans(ids, marker_pos, marker_mask, sep)
+    assert spans.shape == (2, 3, 12)
+    assert spans[0, 0].tolist() == [0, 0, 0, 0, 0.5, 0.5, 0, 0, 0, 0, 0, 0]
+    assert spans[0, 1].tolist() == [0, 0, 0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0]
+    assert spans[0, 2].abs().sum() == 0  # a padded slot has no words
+    assert spans[1, 1, 5:8].tolist() == pytest.approx([1 / 3] * 3)
+    assert spans[1, 2].tolist() == [0] * 9 + [1.0, 0, 0]
+
+
+def test_binding_loss_rewards_markers_that_carry_their_own_option():
+    import torch
+
+    torch.manual_seed(0)
+    ids = torch.tensor([[101, 102, 103, 11, 103, 12, 13, 103, 14, 102, 20, 102]])
+    marker_pos, marker_mask = torch.tensor([[2, 4, 7]]), torch.tensor([[True, True, True]])
+    spans = train_demo.option_spans(ids, marker_pos, marker_mask, 102)
+    encoded = torch.randn(1, 12, 32, requires_grad=True)
+    options = torch.bmm(spans, encoded).detach()
+    identity = torch.nn.Linear(32, 32)
+    with torch.no_grad():
+        identity.weight.copy_(torch.eye(32))
+        identity.bias.zero_()
+    bound = train_demo.binding_loss(options.clone().requires_grad_(), encoded, spans,
+                                    marker_mask, identity)
+    swapped = train_demo.binding_loss(options[:, [1, 2, 0]], encoded, spans, marker_mask,
+                                      identity)
+    assert bound.item() < 0.05 < 3.0 < swapped.item()
+    swapped.backward()
+    assert encoded.grad is None  # the options are targets: the loss moves only the markers
+    assert identity.weight.grad is not None and identity.weight.grad.abs().sum() > 0

@@ -171,8 +171,8 @@ def test_fp16_answers_agree_with_upstream_torch(fp16_bundle, checkpoints):
 
 
 def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path):
-    """int8 dynamic quantisation of the random-head test checkpoints misses the 99% bar: the
-    export refuses it, says where it diverged, and writes nothing."""
+    """int8 of the random-head ModernBERT-style test checkpoint misses the bar, dynamic and
+    weight-only alike: the export refuses it, says where it diverged, and writes nothing."""
     out = tmp_path / "int8"
     with pytest.raises(VerificationError) as failed:
         export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
@@ -184,6 +184,96 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
     assert report["precision"] == "int8" and report["passed"] is False
     assert report["argmax_agreement"] < 0.99 or report["max_abs_p"] > 0.05
     assert not out.exists() and not list(tmp_path.glob(".int8.*"))
+
+
+def test_embedding_tables_are_quantised_row_by_row():
+    """Each row of an embedding table keeps its own int8 scale, so a row of small values is
+    resolved as finely as a row of large ones; small tables, and tables something other than a
+    lookup reads, stay fp32."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from laya_edge.export.precision import MIN_TABLE_ROWS, quantise_embedding_rows
+
+    rng = np.random.default_rng(0)
+    rows_in = MIN_TABLE_ROWS + 44
+    magnitudes = 10.0 ** rng.uniform(-3, 1, size=(rows_in, 1))
+    magnitudes[5] = 0.0
+    table = (rng.normal(size=(rows_in, 4)) * magnitudes).astype(np.float32)
+    small = rng.normal(size=(3, 4)).astype(np.float32)
+    shared = rng.normal(size=(rows_in, rows_in)).astype(np.float32)
+    floats = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, 4])
+              for name in ("rows", "typed")]
+    ids = [helper.make_tensor_value_info(name, TensorProto.INT64, [None])
+           for name in ("ids", "kinds")]
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["rows"]),
+         helper.make_node("Gather", ["small", "kinds"], ["typed"]),
+         helper.make_node("Gather", ["shared", "ids"], ["picked"]),
+         helper.make_node("MatMul", ["picked", "shared"], ["out"])], "tables", ids,
+        floats + [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, rows_in])
+                  for name in ("picked", "out")],
+        [numpy_helper.from_array(array, name)
+         for name, array in (("table", table), ("small", small), ("shared", shared))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert quantise_embedding_rows(model) == ["table"]
+    initializers = {init.name: init for init in model.graph.initializer}
+    assert "table" not in initializers and {"small", "shared"} <= set(initializers)
+    assert initializers["table_rows_int8"].data_type == TensorProto.INT8
+    onnx.checker.check_model(model)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    looked_up = np.array([0, 1, 2, 3, 4, 5, rows_in - 1, 3])
+    kinds = np.array([2, 0, 1])
+    rows, typed, picked = session.run(["rows", "typed", "picked"],
+                                      {"ids": looked_up, "kinds": kinds})
+    expected = table[looked_up]
+    step = np.abs(expected).max(axis=1, keepdims=True) / 127
+    assert (np.abs(rows - expected) <= step / 2 + 1e-7).all()
+    smallest = int(np.argmin(magnitudes[looked_up][:, 0] + (magnitudes[looked_up][:, 0] == 0)))
+    assert np.abs(rows[smallest]).max() > 0  # a scale for the whole table would round it to 0
+    assert not rows[5].any()
+    assert np.array_equal(typed, small[kinds]) and np.array_equal(picked, shared[looked_up])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpoints, tmp_path):
+    """Every dynamically quantised graph of the generated MiniLM checkpoint misses the int8
+    bar (MiniLM's activation outliers); the weight-only graph passes, ships, and answers."""
+    import onnx
+
+    out = tmp_path / "int8"
+    export_bundle(ExportOptions(source=str(checkpoints["minilm"]), out=out,
+                                exporter="torchscript", precisions=("fp32", "int8"),
+                                int8_embeddings=True, ship=("int8",)), Progress(quiet=True))
+    variant = read_manifest(out)["variants"]["int8"]
+    assert variant["verification"]["passed"] is True
+    assert variant["optimisations"][-1].startswith("weight-only int8")
+    assert "embedding table(s) with one scale per row" in variant["optimisations"][-1]
+    graph = onnx.load(str(out / "laya.int8.onnx"), load_external_data=False).graph
+    ops = {node.op_type for node in graph.node}
+    assert "MatMulNBits" in ops and not ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
+    assert not [name for name in (p.name for p in out.iterdir()) if "attempt" in name]
+    agent = quiet_load(out)
+    assert agent.runtime_info()["precision"] == "int8"
+    assert list(agent.system_one(STATES[0], QUESTIONS)["answers"]) == list(QUESTIONS)
+
+
+def test_the_weight_only_fallback_is_not_tried_when_a_dynamic_graph_passes(
+        checkpoints, tmp_path, monkeypatch):
+    from laya_edge.export import pipeline
+
+    def never(*_args):
+        raise AssertionError("the weight-only fallback ran although a dynamic graph passed")
+
+    monkeypatch.setattr(pipeline, "to_int8_weight_only", never)
+    monkeypatch.setitem(THRESHOLDS, "int8", {"argmax_agreement": 0.0, "max_abs_p": 1.0})
+    out = tmp_path / "int8"
+    export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
+                                exporter="torchscript", precisions=("fp32", "int8")),
+                  Progress(quiet=True))
+    optimisations = read_manifest(out)["variants"]["int8"]["optimisations"]
+    assert optimisations[-1].startswith("dynamic int8 quantisation")
 
 
 def test_skip_verify_records_unverified_variants(checkpoints, tmp_path):

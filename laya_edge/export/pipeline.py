@@ -29,7 +29,7 @@ from . import checkpoint as ckpt
 from .forward import readout_module, supports_readout
 from .fusion import fuse_for_ort
 from .graph import DEFAULT_OPSET, describe, export_graph
-from .precision import VARIANT_FILES, to_fp16, to_int8
+from .precision import VARIANT_FILES, to_fp16, to_int8, to_int8_weight_only
 from .probes import probe_cases
 from .verify import require_pass, run_reference, verify_graph
 
@@ -254,7 +254,7 @@ def _build(options: ExportOptions, build: Path,
         with progress.stage(precision, f"building and verifying the {precision} variant"):
             variants[precision] = _reduced_variant(precision, options, build, source,
                                                    graph_info["external_data"], runs, reference,
-                                                   list(inherited))
+                                                   list(inherited), (graph_path, optimisations))
     if fused:
         _replace_graph(graph_path, fused[0])
         optimisations, report = fused_optimisations, fused[2]
@@ -339,39 +339,55 @@ def _rank(report: Dict[str, Any]) -> Tuple[bool, float, float]:
 
 
 def _reduced_variant(precision: str, options: ExportOptions, build: Path, source_graph: Path,
-                     external: bool, runs: List[Any], reference: Any,
-                     inherited: List[str]) -> Dict[str, Any]:
+                     external: bool, runs: List[Any], reference: Any, inherited: List[str],
+                     plain: Tuple[Path, List[str]]) -> Dict[str, Any]:
     """Build the variant (int8: per-tensor and per-channel, each with full and 7-bit weight
     range, keeping the best), verify it against PyTorch, and refuse it when it misses its
-    thresholds. `source_graph` is the fp32 graph it is made from, `inherited` what was done to
-    that graph."""
-    name = VARIANT_FILES[precision]
+    thresholds. `source_graph` is the graph it is made from, `inherited` what was done to that
+    graph; `plain` is the unfused graph and its list, which the weight-only int8 fallback (tried
+    only when no dynamically quantised candidate passes) is made from."""
     if precision == "fp16":
-        builders = [lambda target: to_fp16(source_graph, target, external)]
+        candidates = [(lambda target: to_fp16(source_graph, target, external), inherited)]
     else:
-        builders = [lambda target, channel=channel, reduce=reduce: to_int8(
-                        source_graph, target, channel, reduce, options.int8_embeddings, external)
-                    for channel in (False, True) for reduce in (False, True)]
+        candidates = [(lambda target, channel=channel, reduce=reduce: to_int8(
+                           source_graph, target, channel, reduce, options.int8_embeddings,
+                           external), inherited)
+                      for channel in (False, True) for reduce in (False, True)]
     if options.skip_verify:  # nothing to rank the candidates by
-        builders = builders[:1]
-    best = None
-    for attempt, builder in enumerate(builders):
+        candidates = candidates[:1]
+    best = _best_candidate(VARIANT_FILES[precision], candidates, build, precision, runs,
+                           reference, options.skip_verify)
+    if precision == "int8" and not options.skip_verify and not best[2].get("passed"):
+        fallback = [(lambda target: to_int8_weight_only(plain[0], target,
+                                                        options.int8_embeddings, external),
+                     plain[1])]
+        best = _best_candidate(VARIANT_FILES[precision], fallback, build, precision, runs,
+                               reference, False, best)
+    candidate, optimisations, report = best
+    require_pass(report, build / candidate.name)
+    _replace_graph(build / candidate.name, candidate)
+    return _variant_entry(build, candidate.name, precision, optimisations, report)
+
+
+def _best_candidate(name: str, candidates: List[Tuple[Any, List[str]]], build: Path,
+                    precision: str, runs: List[Any], reference: Any, skip: bool,
+                    best: Optional[Tuple[Path, List[str], Dict[str, Any]]] = None
+                    ) -> Tuple[Path, List[str], Dict[str, Any]]:
+    """Build and verify each candidate, keeping the best by `_rank` (starting from `best`):
+    (graph path, optimisations, verification report)."""
+    for builder, inherited in candidates:
         # Each candidate under its final name, in a directory of its own: a graph names its
         # external-data sidecar by file name, so neither may be renamed afterwards.
-        candidate = build / f"{name}.attempt{attempt}" / name
-        candidate.parent.mkdir()
-        optimisations = builder(candidate)
-        report = _verified(candidate, precision, runs, reference, options.skip_verify)
+        candidate = Path(tempfile.mkdtemp(prefix=f"{name}.attempt", dir=build)) / name
+        optimisations = inherited + builder(candidate)
+        report = _verified(candidate, precision, runs, reference, skip)
         if best is None or _rank(report) > _rank(best[2]):
             if best is not None:
                 shutil.rmtree(best[0].parent)
             best = (candidate, optimisations, report)
         else:
             shutil.rmtree(candidate.parent)
-    candidate, optimisations, report = best
-    require_pass(report, build / name)
-    _replace_graph(build / name, candidate)
-    return _variant_entry(build, name, precision, inherited + optimisations, report)
+    return best
 
 
 def read_recipe(path: Any) -> Dict[str, Any]:

@@ -1,0 +1,70 @@
+"""The trained demo bundle shipped in models/ (scripts/train_demo.py): what it answers on the
+README's duplicate-charge ticket, that it is the int8 variant under 30 MB, and that its report,
+model card and models/demo.json are what the script computes from the shipped bundle."""
+import json
+from pathlib import Path
+
+import pytest
+
+import laya_edge
+from laya_edge.demo import DEMO_QUESTIONS, DUPLICATE_CHARGE, demo_setup
+from modules import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "models"
+train_demo = load_file(ROOT / "scripts" / "train_demo.py", "train_demo")
+BUNDLE = MODELS / train_demo.BUNDLE_NAME
+
+
+@pytest.fixture(scope="module")
+def report():
+    return json.loads((MODELS / train_demo.REPORT_NAME).read_text(encoding="utf-8"))
+
+
+def test_the_shipped_bundle_answers_the_readme_ticket():
+    """Department, churn risk and refund of the README's duplicate-charge ticket are right.
+    Urgency is not asserted: the shipped model answers medium where high is right (issue 11
+    stays open on it)."""
+    answers = laya_edge.ONNXAgent(str(BUNDLE)).system_one(DUPLICATE_CHARGE,
+                                                           DEMO_QUESTIONS)["answers"]
+    decided = {key: train_demo.predicted(answers[key], DEMO_QUESTIONS[key])
+               for key in ("department", "churn_risk", "refund")}
+    assert decided == {"department": "billing", "churn_risk": True, "refund": True}
+
+
+def test_the_shipped_bundle_is_int8_and_under_30_mb():
+    manifest = json.loads((BUNDLE / "laya_edge.json").read_text(encoding="utf-8"))
+    assert list(manifest["variants"]) == ["int8"]
+    size = sum(path.stat().st_size for path in BUNDLE.rglob("*") if path.is_file())
+    assert size < 30_000_000
+
+
+def test_the_demo_runs_the_trained_bundle_on_its_english_route():
+    setup = demo_setup(MODELS)
+    assert setup["routes"]["english"] == BUNDLE
+    assert setup["trained"] == {"english": True, "multilingual": False}
+
+
+def test_report_card_and_demo_json_are_what_the_script_writes(report):
+    assert (MODELS / "README.md").read_text(encoding="utf-8") == train_demo.model_card(report)
+    assert (json.loads((MODELS / "demo.json").read_text(encoding="utf-8"))
+            == train_demo.demo_manifest(report["seed"]))
+    for kind in ("choice", "score", "noul"):
+        entry = report["evaluation"]["bundle"]["by_type"][kind]
+        assert entry["n"] > 0 and 0.0 <= entry["ece"] <= 1.0
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_the_reported_held_out_figures_are_the_shipped_bundles(report):
+    """Re-measure the shipped bundle on the held-out test split the report was computed on."""
+    data = report["data"]
+    test_rows = train_demo.splits(report["seed"], 0, data["calib_rows"], data["test_rows"])["test"]
+    again = train_demo.evaluate_bundle(BUNDLE, test_rows)
+    reported = report["evaluation"]["bundle"]
+    assert again["precision"] == reported["precision"] == "int8"
+    for group in ("by_type", "by_question"):
+        assert again[group].keys() == reported[group].keys()
+        for key, entry in reported[group].items():
+            assert again[group][key]["n"] == entry["n"]
+            assert again[group][key]["accuracy"] == pytest.approx(entry["accuracy"], abs=0.004)
+            assert again[group][key]["ece"] == pytest.approx(entry["ece"], abs=0.004)

@@ -48,7 +48,7 @@ marker states. Weight-only int8 leaves the activations in fp32: on that model ma
 
 Examples::
 
-    python scripts/train_demo.py                      # the full run (~25 min on 2 cores)
+    python scripts/train_demo.py                      # the full run (~30 min on 2 cores)
     python scripts/train_demo.py --evaluate-only      # re-measure models/demo-support-en
     python scripts/train_demo.py --base CKPT --train-tickets 8 --calib-tickets 4 \\
         --test-tickets 4 --models /tmp/m --work /tmp/w --no-torch-eval   # a smoke run

@@ -27,7 +27,8 @@ from typing import Optional, Sequence
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-BUNDLES = {"tiny-english": "modernbert-tiny", "tiny-multilingual": "unigram-tiny"}
+MULTILINGUAL_BUNDLE = "tiny-multilingual"  # behind the demo's multilingual route (demo.json)
+BUNDLES = {"tiny-english": "modernbert-tiny", MULTILINGUAL_BUNDLE: "unigram-tiny"}
 
 
 def write_demo_models(out: Path, seed: int = 0) -> Path:

@@ -87,7 +87,9 @@ PRECISION_NOTES = {"int8": "int8 weights, MatMul and embeddings (the manifest's 
 def demo_manifest(seed: int) -> Dict[str, Any]:
     """`models/demo.json`: the trained bundle behind the demo's English route; the multilingual
     route keeps the tiny random bundle of `scripts/make_demo_models.py`."""
-    return {"routes": {"english": BUNDLE_NAME, "multilingual": "tiny-multilingual"},
+    from make_demo_models import MULTILINGUAL_BUNDLE
+
+    return {"routes": {"english": BUNDLE_NAME, "multilingual": MULTILINGUAL_BUNDLE},
             "trained": {"english": True, "multilingual": False},
             "about": [f"english: {BUNDLE_NAME}, MiniLM fine-tuned on generated English support "
                       "tickets (models/README.md); a demo, not a published Laya checkpoint.",

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import io
 import logging
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import Any, List, Set, Tuple
+from typing import Any, Iterator, List, Set, Tuple
 
 from ..bundle import sidecar
 
@@ -79,6 +79,20 @@ def to_fp16(source: Path, target: Path, external: bool) -> List[str]:
             f"fp32 kept for {', '.join(FP16_KEEP_OPS)} and the decision head"]
 
 
+@contextmanager
+def quiet_quantiser() -> Iterator[None]:
+    """onnxruntime's quantisers print progress and log notices ("consider pre-processing") that
+    the export's own progress lines already cover: silence both while one runs."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        root.setLevel(level)
+
+
 def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, embeddings: bool,
             external: bool) -> List[str]:
     """Dynamic int8 quantisation of the weight matrix multiplications, fused attention
@@ -88,18 +102,12 @@ def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, e
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     operators = ["MatMul", "Gemm", "Attention"] + (["Gather"] if embeddings else [])
-    quiet = logging.getLogger()
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # the quantizer's "consider pre-processing" notice
-    try:
-        with redirect_stdout(io.StringIO()):
-            quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
-                             per_channel=per_channel, reduce_range=reduce_range,
-                             op_types_to_quantize=operators,
-                             extra_options={"MatMulConstBOnly": True},
-                             use_external_data_format=external)
-    finally:
-        quiet.setLevel(level)
+    with quiet_quantiser():
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
+                         per_channel=per_channel, reduce_range=reduce_range,
+                         op_types_to_quantize=operators,
+                         extra_options={"MatMulConstBOnly": True},
+                         use_external_data_format=external)
     return [f"dynamic int8 quantisation of {', '.join(operators)} weights "
             f"({'per-channel' if per_channel else 'per-tensor'}"
             f"{', 7-bit range' if reduce_range else ''})"]
@@ -185,14 +193,8 @@ def to_int8_weight_only(source: Path, target: Path, embeddings: bool,
     tables = quantise_embedding_rows(model) if embeddings else []
     quantizer = MatMulNBitsQuantizer(model, bits=8, block_size=WEIGHT_ONLY_BLOCK,
                                      is_symmetric=True, accuracy_level=1)
-    quiet = logging.getLogger()
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        with redirect_stdout(io.StringIO()):
-            quantizer.process()
-    finally:
-        quiet.setLevel(level)
+    with quiet_quantiser():
+        quantizer.process()
     onnx.save_model(quantizer.model.model, str(target), save_as_external_data=external,
                     all_tensors_to_one_file=True, location=sidecar(target.name))
     return [f"weight-only int8: MatMul weights in blocks of {WEIGHT_ONLY_BLOCK} (MatMulNBits, "

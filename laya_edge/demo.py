@@ -29,7 +29,8 @@ DEMO_QUESTIONS: Dict[str, Dict[str, Any]] = {
                                 "account access": "logins, passwords and account security",
                                 "sales": "quotes, prices and new purchases"}},
     "urgency": {"type": "score", "instructions": "How urgent is this ticket?",
-                "criteria": ["low", "medium", "high", "critical"]},
+                "criteria": ["low: no rush", "medium: within days", "high: needed today",
+                             "critical: emergency, work stopped"]},
     "churn_risk": {"type": "noul",
                    "instructions": "Is the customer at risk of cancelling or leaving?"},
     "refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
@@ -163,7 +164,7 @@ def run_demo(directory: Path, json_output: bool = False) -> int:
         say(f"  routed to {run['routing']['model']}: {run['routing']['reason']}")
         for key, answer in payload["answers"].items():
             label = answer_label(answer, DEMO_QUESTIONS[key])
-            say(f"    {key:<11} {label:<28} confidence {answer['answer_confidence']:.2f}")
+            say(f"    {key:<11} {label:<44} confidence {answer['answer_confidence']:.2f}")
         say(f"  hooks: {', '.join(run['events'])}")
         say(f"  {elapsed:.0f} ms\n")
     total = (time.perf_counter() - started) * 1000

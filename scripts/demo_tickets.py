@@ -21,7 +21,8 @@ from laya_edge.demo import DEMO_QUESTIONS
 FAMILIES = ("train", "heldout")
 # The demo's questions (laya_edge.demo.DEMO_QUESTIONS) are what the model is trained to answer.
 DEPARTMENTS = tuple(DEMO_QUESTIONS["department"]["criteria"])
-URGENCY = tuple(DEMO_QUESTIONS["urgency"]["criteria"])
+URGENCY_LEVELS = tuple(DEMO_QUESTIONS["urgency"]["criteria"])  # "low: no rush", ...
+URGENCY = tuple(level.split(":")[0] for level in URGENCY_LEVELS)  # "low", ...
 SENTIMENTS = tuple(DEMO_QUESTIONS["sentiment"]["criteria"])
 
 # ------------------------------------------------------------------------------ phrase pools
@@ -536,8 +537,11 @@ def questions(rng: random.Random, item: Ticket, family: str,
     asked = {
         "department": (_choice_question(rng, wording["department"], DEPARTMENTS, item.department,
                                         descriptions, subset=not every), item.department),
+        # The demo's urgency levels say what each means ("high: needed today"); training also
+        # sees the bare level names, half the time.
         "urgency": ({"type": "score", "instructions": wording["urgency"],
-                     "criteria": list(URGENCY)}, item.urgency),
+                     "criteria": list(URGENCY if family == "train" and rng.random() < 0.5
+                                      else URGENCY_LEVELS)}, item.urgency),
         "churn_risk": ({"type": "noul", "instructions": wording["churn_risk"]}, item.churn),
         "refund": ({"type": "noul", "instructions": wording["refund"]}, item.refund),
         "sentiment": (_choice_question(rng, wording["sentiment"], SENTIMENTS, item.sentiment, {},

@@ -22,14 +22,15 @@ def report():
 
 
 def test_the_shipped_bundle_answers_the_readme_ticket():
-    """Department, churn risk and refund of the README's duplicate-charge ticket are right.
-    Urgency is not asserted: the shipped model answers medium where high is right (issue 11
-    stays open on it)."""
+    """Department, urgency, churn risk and refund of the README's duplicate-charge ticket
+    ("... refund the duplicate payment today. If this isn't fixed I'm cancelling ...")."""
     answers = laya_edge.ONNXAgent(str(BUNDLE)).system_one(DUPLICATE_CHARGE,
                                                            DEMO_QUESTIONS)["answers"]
     decided = {key: train_demo.predicted(answers[key], DEMO_QUESTIONS[key])
-               for key in ("department", "churn_risk", "refund")}
-    assert decided == {"department": "billing", "churn_risk": True, "refund": True}
+               for key in ("department", "urgency", "churn_risk", "refund")}
+    high = DEMO_QUESTIONS["urgency"]["criteria"].index("high: needed today")
+    assert decided == {"department": "billing", "urgency": high, "churn_risk": True,
+                       "refund": True}
 
 
 def test_the_shipped_bundle_is_int8_and_under_30_mb():

@@ -170,9 +170,27 @@ def test_fp16_answers_agree_with_upstream_torch(fp16_bundle, checkpoints):
     assert agree == total and worst <= THRESHOLDS["fp16"]["max_abs_p"]
 
 
-def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path):
+def _record_weight_only_schemes(monkeypatch) -> list:
+    """Make the pipeline's weight-only builds record their (block, symmetric) scheme."""
+    from laya_edge.export import pipeline
+
+    real, schemes = pipeline.to_int8_weight_only, []
+
+    def recorded(source, target, embeddings, external, block, symmetric):
+        schemes.append((block, symmetric))
+        return real(source, target, embeddings, external, block, symmetric)
+
+    monkeypatch.setattr(pipeline, "to_int8_weight_only", recorded)
+    return schemes
+
+
+def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path, monkeypatch):
     """int8 of the random-head ModernBERT-style test checkpoint misses the bar, dynamic and
-    weight-only alike: the export refuses it, says where it diverged, and writes nothing."""
+    every weight-only scheme alike: the export tries them all, refuses the variant, says where
+    it diverged, and writes nothing."""
+    from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
+
+    schemes = _record_weight_only_schemes(monkeypatch)
     out = tmp_path / "int8"
     with pytest.raises(VerificationError) as failed:
         export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
@@ -184,6 +202,7 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
     assert report["precision"] == "int8" and report["passed"] is False
     assert report["argmax_agreement"] < 0.99 or report["max_abs_p"] > 0.05
     assert not out.exists() and not list(tmp_path.glob(".int8.*"))
+    assert schemes == list(WEIGHT_ONLY_SCHEMES)
 
 
 def test_embedding_tables_are_quantised_row_by_row():
@@ -237,11 +256,16 @@ def test_embedding_tables_are_quantised_row_by_row():
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpoints, tmp_path):
+def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpoints, tmp_path,
+                                                                         monkeypatch):
     """Every dynamically quantised graph of the generated MiniLM checkpoint misses the int8
-    bar (MiniLM's activation outliers); the weight-only graph passes, ships, and answers."""
+    bar (MiniLM's activation outliers); the weight-only schemes are tried smallest first until
+    one passes, and that graph ships and answers."""
     import onnx
 
+    from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
+
+    schemes = _record_weight_only_schemes(monkeypatch)
     out = tmp_path / "int8"
     export_bundle(ExportOptions(source=str(checkpoints["minilm"]), out=out,
                                 exporter="torchscript", precisions=("fp32", "int8"),
@@ -250,6 +274,10 @@ def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpo
     assert variant["verification"]["passed"] is True
     assert variant["optimisations"][-1].startswith("weight-only int8")
     assert "embedding table(s) with one scale per row" in variant["optimisations"][-1]
+    assert schemes and schemes == list(WEIGHT_ONLY_SCHEMES[:len(schemes)])
+    block, symmetric = schemes[-1]
+    assert (f"{'symmetric' if symmetric else 'asymmetric'} blocks of {block}"
+            in variant["optimisations"][-1])
     graph = onnx.load(str(out / "laya.int8.onnx"), load_external_data=False).graph
     ops = {node.op_type for node in graph.node}
     assert "MatMulNBits" in ops and not ops & {"DynamicQuantizeMatMul", "MatMulInteger"}

@@ -83,6 +83,21 @@ def test_training_and_calibration_are_reproducible_with_a_seed(checkpoints, tmp_
     assert all((weights_a[k] == weights_b[k]).all() for k in weights_a)
 
 
+def test_training_keeps_the_word_embeddings_as_pretrained(checkpoints, tmp_path):
+    import torch
+    from laya.train import load_checkpoint
+
+    base = checkpoints["modernbert-tiny"]
+    args = train_demo.build_parser().parse_args(["--seed", "5", "--phase-batches", "1"])
+    train_demo.train(base, train_demo.splits(5, 16, 0, 0)["train"], tmp_path / "t", args)
+    before, after = (load_checkpoint(str(path))[0].encoder for path in (base, tmp_path / "t"))
+    assert torch.equal(before.get_input_embeddings().weight, after.get_input_embeddings().weight)
+    moved = [name for (name, old), (_, new) in zip(before.named_parameters(),
+                                                   after.named_parameters())
+             if not torch.equal(old, new)]
+    assert moved  # the rest of the encoder is fine-tuned
+
+
 def test_curriculum_trains_one_kind_at_a_time_then_mixes():
     import random
 

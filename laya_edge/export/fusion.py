@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from ..bundle import sidecar
+from .graph import drop_node_metadata
 
 
 def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
@@ -33,6 +34,7 @@ def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
         quiet.setLevel(level)
     onnxscript.ir.save(fused, str(target),
                        external_data=sidecar(target.name) if external else None)
+    drop_node_metadata(target)
     applied = {name: int(count) for name, count in counts.items() if count}
     if packed:
         applied["packed_qkv_weights"] = packed

@@ -64,6 +64,20 @@ def _dynamo(module: Any, args: tuple, path: Path, opset: int, external: bool) ->
     torch.onnx.export(module, args, str(path), dynamo=True, dynamic_shapes=shapes,
                       input_names=list(GRAPH_INPUTS), output_names=list(GRAPH_OUTPUTS),
                       opset_version=opset, external_data=external, optimize=True)
+    drop_node_metadata(path)
+
+
+def drop_node_metadata(path: Path) -> None:
+    """Remove the metadata the dynamo exporter and onnxscript's rewriter attach to nodes (stack
+    traces, FX names, module scopes, rewrite rules): a debugging aid that runtimes never read,
+    and 0.6 MB of the 29 MB int8 MiniLM demo bundle. Only the protobuf is rewritten; the
+    weights file stays as it is."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False)
+    for node in graph.graph.node:
+        del node.metadata_props[:]
+    onnx.save_model(graph, str(path))
 
 
 def _torchscript(module: Any, args: tuple, path: Path, opset: int, external: bool) -> None:

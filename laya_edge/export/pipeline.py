@@ -29,7 +29,8 @@ from . import checkpoint as ckpt
 from .forward import readout_module, supports_readout
 from .fusion import fuse_for_ort
 from .graph import DEFAULT_OPSET, describe, export_graph
-from .precision import VARIANT_FILES, to_fp16, to_int8, to_int8_weight_only
+from .precision import (VARIANT_FILES, WEIGHT_ONLY_SCHEMES, to_fp16, to_int8,
+                        to_int8_weight_only)
 from .probes import probe_cases
 from .verify import require_pass, run_reference, verify_graph
 
@@ -147,11 +148,17 @@ def _publish(build: Path, out: Path) -> None:
 
 
 def _copy_runtime_files(checkpoint: ckpt.Checkpoint, build: Path) -> None:
+    """The config and tokenizer files, `tokenizer.json` without its indentation: the same
+    tokenizer in about two thirds of the bytes (MiniLM's: 711 KB before, 466 KB after)."""
     shutil.copy2(checkpoint.directory / CONFIG, build / CONFIG)
     (build / TOKENIZER_DIR).mkdir()
     for name in TOKENIZER_FILES:
         source = checkpoint.directory / TOKENIZER_DIR / name
-        if source.is_file():
+        if name == "tokenizer.json" and source.is_file():
+            compact = json.dumps(json.loads(source.read_text(encoding="utf-8")),
+                                 ensure_ascii=False, separators=(",", ":"))
+            (build / TOKENIZER_DIR / name).write_text(compact, encoding="utf-8")
+        elif source.is_file():
             shutil.copy2(source, build / TOKENIZER_DIR / name)
 
 
@@ -344,8 +351,8 @@ def _reduced_variant(precision: str, options: ExportOptions, build: Path, source
     """Build the variant (int8: per-tensor and per-channel, each with full and 7-bit weight
     range, keeping the best), verify it against PyTorch, and refuse it when it misses its
     thresholds. `source_graph` is the graph it is made from, `inherited` what was done to that
-    graph; `plain` is the unfused graph and its list, which the weight-only int8 fallback (tried
-    only when no dynamically quantised candidate passes) is made from."""
+    graph; `plain` is the unfused graph and its list, which the weight-only int8 fallback is made
+    from: its schemes, smallest first, are tried only while no candidate passes."""
     if precision == "fp16":
         candidates = [(lambda target: to_fp16(source_graph, target, external), inherited)]
     else:
@@ -357,12 +364,15 @@ def _reduced_variant(precision: str, options: ExportOptions, build: Path, source
         candidates = candidates[:1]
     best = _best_candidate(VARIANT_FILES[precision], candidates, build, precision, runs,
                            reference, options.skip_verify)
-    if precision == "int8" and not options.skip_verify and not best[2].get("passed"):
-        fallback = [(lambda target: to_int8_weight_only(plain[0], target,
-                                                        options.int8_embeddings, external),
-                     plain[1])]
-        best = _best_candidate(VARIANT_FILES[precision], fallback, build, precision, runs,
-                               reference, False, best)
+    if precision == "int8" and not options.skip_verify:
+        for block, symmetric in WEIGHT_ONLY_SCHEMES:
+            if best[2].get("passed"):
+                break
+            fallback = [(lambda target, block=block, symmetric=symmetric: to_int8_weight_only(
+                             plain[0], target, options.int8_embeddings, external, block,
+                             symmetric), plain[1])]
+            best = _best_candidate(VARIANT_FILES[precision], fallback, build, precision, runs,
+                                   reference, False, best)
     candidate, optimisations, report = best
     require_pass(report, build / candidate.name)
     _replace_graph(build / candidate.name, candidate)

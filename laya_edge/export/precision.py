@@ -116,11 +116,12 @@ def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, e
 # Weight-only int8 schemes, (block length along each MatMul weight's input axis, symmetric),
 # tried in this order until one passes: smallest first. Asymmetric blocks add a zero point per
 # block, blocks of 32 twice the scales. Measured on the 4500-ticket trained MiniLM demo model
-# (max |dp| on the probe set; int8 graph without tokenizer): (64, symmetric) 0.074, 28.6 MB;
-# (64, asymmetric) 0.051, 28.8 MB; (32, asymmetric) 0.030, 29.9 MB; (128, asymmetric) 0.078.
+# (max |dp| on the probe set; size of the graph files, 0.6 MB of them the exporter's node
+# metadata, since dropped): (64, symmetric) 0.074, 28.6 MB; (64, asymmetric) 0.051, 28.8 MB;
+# (32, asymmetric) 0.030, 29.9 MB; (128, asymmetric) 0.078.
 WEIGHT_ONLY_SCHEMES = ((64, True), (64, False), (32, False))
 # Embedding tables with fewer rows stay fp32: they weigh next to nothing, and some are added to
-# every position (token types, Laya's question-type embedding). On the trained demo model,
+# every position (token types, Laya's question-type embedding). On a 3000-ticket demo model,
 # quantising those too raised max |dp| from 0.035 to 0.049.
 MIN_TABLE_ROWS = 256
 

@@ -153,13 +153,15 @@ def _copy_runtime_files(checkpoint: ckpt.Checkpoint, build: Path) -> None:
     shutil.copy2(checkpoint.directory / CONFIG, build / CONFIG)
     (build / TOKENIZER_DIR).mkdir()
     for name in TOKENIZER_FILES:
-        source = checkpoint.directory / TOKENIZER_DIR / name
-        if name == "tokenizer.json" and source.is_file():
-            compact = json.dumps(json.loads(source.read_text(encoding="utf-8")),
-                                 ensure_ascii=False, separators=(",", ":"))
-            (build / TOKENIZER_DIR / name).write_text(compact, encoding="utf-8")
-        elif source.is_file():
-            shutil.copy2(source, build / TOKENIZER_DIR / name)
+        source, target = checkpoint.directory / TOKENIZER_DIR / name, build / TOKENIZER_DIR / name
+        if not source.is_file():
+            continue
+        if name == "tokenizer.json":
+            target.write_text(json.dumps(json.loads(source.read_text(encoding="utf-8")),
+                                         ensure_ascii=False, separators=(",", ":")),
+                              encoding="utf-8")
+        else:
+            shutil.copy2(source, target)
 
 
 def _shape_ranges(options: ExportOptions, reference: Any) -> Dict[str, Dict[str, int]]:

@@ -11,7 +11,6 @@ thread-safe.
 """
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import numpy as np
 
 from .bundle import MIN_MARKERS
 from .questions import OPTION_TOKENS, Question, check_unicode, dumps_nested, render_options
-from .tokenizer import SpecialToken, load_tokenizer, special_tokens
+from .tokenizer import SpecialToken, load_tokenizer, read_json, special_tokens
 
 INSTRUCTION_FLOOR = 8
 OPTION_BUDGET_FLOOR = 16
@@ -61,13 +60,6 @@ def serialise_state(state: Any) -> str:
     return dumps_nested(state, "the state", ensure_ascii=False)
 
 
-def _read_json(path: Path) -> Dict[str, Any]:
-    if not path.is_file():
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
 @dataclass(frozen=True)
 class Encoder:
     """Tokenisation and sequence building for one checkpoint's tokenizer."""
@@ -86,12 +78,11 @@ class Encoder:
     @classmethod
     def from_directory(cls, directory: Any) -> "Encoder":
         directory = Path(directory)
-        tokenizer = load_tokenizer(directory)
+        tokenizer, stored_direction = load_tokenizer(directory)
         specials = special_tokens(directory, tokenizer)
-        config = _read_json(directory / "tokenizer_config.json")
-        stored = _read_json(directory / "tokenizer.json")
-        side = config.get("truncation_side") or (stored.get("truncation") or {}).get("direction")
-        is_bpe = (stored.get("model") or {}).get("type") == "BPE"
+        config = read_json(directory / "tokenizer_config.json")
+        side = config.get("truncation_side") or stored_direction
+        is_bpe = type(tokenizer.model).__name__ == "BPE"
         return cls(tokenizer, specials["cls"], specials["sep"], specials["pad"], specials["mask"],
                    keep_tail_of_options=str(side).lower() == "left",
                    clean_up_decoded=config.get("clean_up_tokenization_spaces") is True

@@ -23,6 +23,10 @@ from .bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
+# onnxruntime fusions a CPU session leaves off: its CPU SkipLayerNormalization kernel is slower
+# than the Add and LayerNormalization it would replace (the exporter splits the ones onnxscript
+# fused, see export/fusion.py). Accelerator sessions keep it: their fused kernel is the fast one.
+CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 DEVICES = ("auto", "cpu", "cuda", "tensorrt")
 PRECISIONS = ("auto", "fp32", "fp16", "int8")
 DUAL_INSTALL = ("both onnxruntime and onnxruntime-gpu are installed; they share the onnxruntime "
@@ -208,6 +212,13 @@ def _provider_name(entry: Any) -> str:
     return entry[0] if isinstance(entry, (tuple, list)) else entry
 
 
+def disabled_optimizers_for(provider_names: Sequence[str]) -> Dict[str, List[str]]:
+    """The `InferenceSession` keyword for a session on these providers: CPU alone leaves
+    CPU_DISABLED_OPTIMIZERS off."""
+    return ({"disabled_optimizers": list(CPU_DISABLED_OPTIMIZERS)}
+            if list(provider_names) == [CPU] else {})
+
+
 def create_session(chosen: Plan, intra_op_threads: Optional[int] = None) -> Any:
     """The session for a plan; a failing or silently dropped accelerator warns once, names
     itself, and the plan is updated to what actually runs."""
@@ -221,7 +232,8 @@ def create_session(chosen: Plan, intra_op_threads: Optional[int] = None) -> Any:
     names = [_provider_name(entry) for entry in chosen.providers]
     try:
         session = ort.InferenceSession(str(chosen.graph), sess_options=options,
-                                       providers=chosen.providers)
+                                       providers=chosen.providers,
+                                       **disabled_optimizers_for(names))
     except Exception:
         if names == [CPU]:
             raise
@@ -229,7 +241,8 @@ def create_session(chosen: Plan, intra_op_threads: Optional[int] = None) -> Any:
                       f"{CPU}.", RuntimeWarning, stacklevel=3)
         chosen.reasons.append(f"{names[0]} failed to initialise; running on the CPU")
         chosen.device, chosen.providers = "cpu", [CPU]
-        return ort.InferenceSession(str(chosen.graph), sess_options=options, providers=[CPU])
+        return ort.InferenceSession(str(chosen.graph), sess_options=options, providers=[CPU],
+                                    **disabled_optimizers_for([CPU]))
     active = session.get_providers()
     if names[0] not in active:
         warnings.warn(f"laya ONNX: {names[0]} was requested but onnxruntime did not enable it; "

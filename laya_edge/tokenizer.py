@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, NamedTuple
+from typing import Any, Dict, NamedTuple, Optional
 
 ROLES = ("cls", "sep", "pad", "mask")
 
@@ -17,12 +17,20 @@ class SpecialToken(NamedTuple):
     id: int
 
 
-def load_tokenizer(directory: Any) -> Any:
+class LoadedTokenizer(NamedTuple):
+    """The tokenizer, and what its file said about truncation before that was switched off."""
+
+    tokenizer: Any
+    truncation_direction: Optional[str]
+
+
+def load_tokenizer(directory: Any) -> LoadedTokenizer:
     """`tokenizer.json` as a `tokenizers.Tokenizer`, with stored truncation and padding off.
 
     Some checkpoints ship a tokenizer that pads or truncates every encode (MiniLM's pads to
     128); Laya builds its own sequences, so both are switched off once here and the tokenizer
-    is never mutated afterwards, which keeps concurrent encodes safe.
+    is never mutated afterwards, which keeps concurrent encodes safe. The stored truncation's
+    direction is kept: it says which end of an option a checkpoint cuts.
     """
     from tokenizers import Tokenizer
 
@@ -36,12 +44,14 @@ def load_tokenizer(directory: Any) -> Any:
     except Exception as exc:  # tokenizers raises a bare Exception for a file it cannot read
         raise ValueError(f"{str(path)!r} is not a tokenizer file the `tokenizers` library can "
                          f"read ({exc})") from None
+    direction = (tokenizer.truncation or {}).get("direction")
     tokenizer.no_truncation()
     tokenizer.no_padding()
-    return tokenizer
+    return LoadedTokenizer(tokenizer, direction)
 
 
-def _read_json(path: Path) -> Dict[str, Any]:
+def read_json(path: Path) -> Dict[str, Any]:
+    """A JSON config file's object; `{}` when the file is absent (configs are optional)."""
     if not path.is_file():
         return {}
     with open(path, encoding="utf-8") as handle:
@@ -55,8 +65,8 @@ def _token_text(entry: Any) -> Any:
 def special_tokens(directory: Any, tokenizer: Any) -> Dict[str, SpecialToken]:
     """The cls/sep/pad/mask tokens: text from the tokenizer configs, id from the vocabulary."""
     directory = Path(directory)
-    sources = (_read_json(directory / "tokenizer_config.json"),
-               _read_json(directory / "special_tokens_map.json"))
+    sources = (read_json(directory / "tokenizer_config.json"),
+               read_json(directory / "special_tokens_map.json"))
     found = {}
     for role in ROLES:
         key = f"{role}_token"

@@ -5,7 +5,8 @@ The three runtimes answering the same questions:
 
 * ours: `laya_edge.load(bundle)`;
 * upstream's ONNX runtime on the same graph: `laya.onnx_agent.ONNXAgent(bundle, onnx_path=...)`
-  -- same graph, same inputs, same batch shapes, so its payload must be *identical* to ours;
+  -- same graph, same session optimisations, same inputs, same batch shapes, so its payload
+  must be *identical* to ours;
 * upstream's PyTorch agent on the checkpoint the bundle was exported from:
   `laya.load(checkpoint, device="cpu")` -- identical discrete answers, usage and keys, floats
   within `TOLERANCE` (the payload's `model` name differs by design).
@@ -15,8 +16,10 @@ from __future__ import annotations
 import math
 import random
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from unittest import mock
 
 KINDS = ("modernbert-tiny", "unigram-tiny", "minilm")
 # Published floats are rounded to 4 decimals; two forwards that differ by ~1e-6 can round to
@@ -47,11 +50,32 @@ def edge_agent(bundle: Path, **kwargs: Any) -> Any:
     return quietly(lambda: laya_edge.load(str(bundle), **kwargs))
 
 
+@contextmanager
+def upstream_on_our_kernels() -> Iterator[None]:
+    """While open, onnxruntime sessions (upstream's) are built with the optimisations that
+    laya_edge's CPU session leaves off left off too: the same kernels, so the same floats.
+    Left to itself upstream fuses residual+LayerNorm again, which moves the fourth decimal of
+    an occasional probability."""
+    import onnxruntime
+
+    from laya_edge.session import disabled_optimizers_for
+
+    real = onnxruntime.InferenceSession
+
+    def same_kernels(path: Any, sess_options: Any = None, providers: Any = None) -> Any:
+        return real(path, sess_options=sess_options, providers=providers,
+                    **disabled_optimizers_for(providers or []))
+
+    with mock.patch.object(onnxruntime, "InferenceSession", same_kernels):
+        yield
+
+
 def upstream_onnx_agent(bundle: Path, **kwargs: Any) -> Any:
     from laya.onnx_agent import ONNXAgent
 
-    return quietly(lambda: ONNXAgent(str(bundle), onnx_path=str(Path(bundle) / "laya.onnx"),
-                                     **kwargs))
+    with upstream_on_our_kernels():
+        return quietly(lambda: ONNXAgent(str(bundle), onnx_path=str(Path(bundle) / "laya.onnx"),
+                                         **kwargs))
 
 
 def torch_agent(checkpoint: Path, **kwargs: Any) -> Any:

@@ -22,7 +22,7 @@ from typing import Any, List
 import pytest
 
 from agent_support import (assert_identical, edge_agent, outcome, quietly,
-                           upstream_onnx_agent)
+                           upstream_on_our_kernels, upstream_onnx_agent)
 
 REPO = Path(__file__).resolve().parents[1]
 KIND = "modernbert-tiny"
@@ -134,7 +134,8 @@ def test_code_written_for_upstream_runs_with_laya_edge(bundle):
 
     graph = str(bundle / "laya.onnx")
     ours = quietly(lambda: upstream_style_program(laya_edge, str(bundle), graph))
-    theirs = quietly(lambda: upstream_style_program(laya, str(bundle), graph))
+    with upstream_on_our_kernels():
+        theirs = quietly(lambda: upstream_style_program(laya, str(bundle), graph))
     assert_identical(ours, theirs)
     # and the other spellings of loading it
     import laya_edge as laya_alias

@@ -363,6 +363,14 @@ def test_manifest_hashes_every_file_and_reports_verification(bundles, checkpoint
     if kind == "minilm":  # a BERT encoder: its attention is fused, and the fused graph verified
         fusions = [line for line in fp32["optimisations"] if line.startswith("onnxscript ORT")]
         assert len(fusions) == 1 and "attention x6" in fusions[0]
+        # residual+LayerNorm is split again for onnxruntime's faster CPU kernels
+        split = re.search(r"skip_layer_normalization_split x(\d+)", fusions[0])
+        assert split and int(split.group(1)) > 0
+        import onnx
+
+        ops = {node.op_type for node in onnx.load(str(bundle / fmt.GRAPH),
+                                                  load_external_data=False).graph.node}
+        assert "SkipLayerNormalization" not in ops and "LayerNormalization" in ops
         assert manifest["graph"]["opset_imports"].get("com.microsoft") == 1
     report = fp32["verification"]
     assert report["skipped"] is False and report["passed"] is True

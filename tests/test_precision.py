@@ -459,11 +459,11 @@ def test_a_failing_accelerator_falls_back_with_one_warning(monkeypatch, bundles)
     real = ort.InferenceSession
     attempts = []
 
-    def session(path, sess_options=None, providers=None):
-        attempts.append(providers)
+    def session(path, sess_options=None, providers=None, **kwargs):
+        attempts.append((providers, kwargs))
         if providers != [S.CPU]:
             raise RuntimeError("CUDA driver version is insufficient")
-        return real(path, sess_options=sess_options, providers=providers)
+        return real(path, sess_options=sess_options, providers=providers, **kwargs)
 
     monkeypatch.setattr(ort, "InferenceSession", session)
     monkeypatch.setattr(ort, "get_available_providers", lambda: [S.CUDA, S.CPU])
@@ -476,7 +476,9 @@ def test_a_failing_accelerator_falls_back_with_one_warning(monkeypatch, bundles)
     info = agent.runtime_info()
     assert info["device"] == "cpu" and info["providers"] == [S.CPU]
     assert "CUDAExecutionProvider failed to initialise" in info["reasons"][-1]
-    assert attempts[0][0][0] == S.CUDA and attempts[-1] == [S.CPU]
+    # the CPU session leaves SkipLayerNormFusion off; the CUDA one would have kept it
+    assert attempts[0] == ([(S.CUDA, S.cuda_options(0)), S.CPU], {})
+    assert attempts[-1] == ([S.CPU], {"disabled_optimizers": ["SkipLayerNormFusion"]})
 
 
 def test_runtime_info_on_this_machine(bundles):

@@ -74,8 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--int8-embeddings", action="store_true",
                         help="also quantise the embedding table in the int8 variant (smaller)")
     parser.add_argument("--no-fuse", dest="fuse", action="store_false",
-                        help="keep the plain ONNX graph: no onnxruntime fusions (attention, GELU, "
-                             "skip-layer-norm); the fused graph runs on onnxruntime only")
+                        help="keep the plain ONNX graph: no onnxruntime fusions (attention, GELU); "
+                             "the fused graph runs on onnxruntime only")
     parser.add_argument("--no-readout", dest="readout", action="store_false",
                         help="export the model's own forward, which computes every position of "
                              "the last head layer (default: only the option markers and position "

@@ -248,7 +248,7 @@ def _build(options: ExportOptions, build: Path,
             require_pass(report, graph_path)
     fused = None
     if options.fuse:
-        with progress.stage("fuse", "onnxruntime fusions (attention, GELU, skip-layer-norm)"):
+        with progress.stage("fuse", "onnxruntime fusions (attention, GELU)"):
             fused = _fuse(graph_path, graph_info["external_data"], runs, reference, options,
                           progress)
     fused_optimisations = optimisations + ([fused[1]] if fused else [])
@@ -272,7 +272,7 @@ def _build(options: ExportOptions, build: Path,
     for precision in set(variants) - set(options.ship or variants):
         _remove_graph(build / variants.pop(precision)["files"][0])
     tokenizer_dir = build / TOKENIZER_DIR
-    specials = special_tokens(tokenizer_dir, load_tokenizer(tokenizer_dir))
+    specials = special_tokens(tokenizer_dir, load_tokenizer(tokenizer_dir).tokenizer)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

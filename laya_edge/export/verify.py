@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 
 from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+from ..session import CPU, disabled_optimizers_for
 from .probes import ProbeCase
 
 THRESHOLDS = {"fp32": {"argmax_agreement": 1.0, "max_abs_p": 1e-4},
@@ -62,12 +63,14 @@ def _softmax(values: np.ndarray) -> np.ndarray:
 
 def verify_graph(graph: Path, runs: Sequence[ProbeRun], reference: Any,
                  precision: str = "fp32") -> Dict[str, Any]:
-    """Run the probe set through onnxruntime (CPU) and compare with the reference outputs."""
+    """Run the probe set through onnxruntime (CPU, as the runtime's CPU session runs it) and
+    compare with the reference outputs."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(graph), options, providers=[CPU],
+                                   **disabled_optimizers_for([CPU]))
     dp, dlogits, dact, dact_p, disagreements = [], [], [], [], []
     worst = {"abs_p": -1.0}
     rows_total = decisive_rows = 0
@@ -104,7 +107,7 @@ def verify_graph(graph: Path, runs: Sequence[ProbeRun], reference: Any,
     thresholds = THRESHOLDS[precision]
     disagreements.sort(key=lambda flip: flip["margin"] <= tie_margin)  # decisive ones first
     report = {
-        "precision": precision, "provider": "CPUExecutionProvider",
+        "precision": precision, "provider": CPU,
         "cases": len(runs), "rows": rows_total,
         "argmax_agreement": agreement, "tie_margin": tie_margin,
         "decisive_rows": decisive_rows, "decisive_agreement": decisive_agreement,

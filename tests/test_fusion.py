@@ -57,7 +57,7 @@ def test_split_keeps_the_outputs_and_leaves_nodes_whose_statistics_are_read(tmp_
     after = outputs(path, feeds)
     for split, fused in zip(after, before):
         np.testing.assert_allclose(split, fused, rtol=1e-5, atol=1e-5)
-    assert split_skip_layer_norms(path) == 0          # nothing left to split: file untouched
+    assert split_skip_layer_norms(path) == 0          # nothing left to split
 
 
 def optimised_ops(path, tmp_path, **kwargs):

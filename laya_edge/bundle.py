@@ -12,6 +12,8 @@ import threading
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
+from . import digest_cache
+
 FORMAT = "laya-edge-bundle"
 FORMAT_VERSION = 1
 MANIFEST = "laya_edge.json"
@@ -168,7 +170,8 @@ def read_manifest(directory: PathLike) -> Optional[Dict[str, Any]]:
 
 def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Iterable[str]) -> None:
     """Compare each file's SHA-256 with the manifest before anything parses it: block by block,
-    on every core, where the manifest lists blocks; else the whole file."""
+    on every core, where the manifest lists blocks; else the whole file. A file unchanged since
+    an earlier check is not hashed again (`digest_cache`)."""
     listed = manifest.get("files") or {}
     for relative in relatives:
         entry = listed.get(relative)
@@ -183,8 +186,12 @@ def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Ite
             return ValueError(f"bundle {str(directory)!r}: SHA-256 mismatch for {relative!r} "
                               f"({detail}); the file changed after export, refusing to load it")
 
+        seen = digest_cache.look_up(path)
         if "blocks" not in entry:
-            actual = sha256_file(path)
+            actual = seen.digests.get("sha256")
+            if actual is None:
+                actual = sha256_file(path)
+                digest_cache.remember(path, seen, {"sha256": actual})
             if actual != entry["sha256"]:
                 raise mismatch(f"manifest {entry['sha256']}, file {actual}")
             continue
@@ -193,12 +200,16 @@ def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Ite
                 and isinstance(wanted, list) and len(wanted) == -(-listed_size // block)):
             raise ValueError(f"bundle {str(directory)!r}: {MANIFEST} lists malformed blocks for "
                              f"{relative!r}; refusing to load it")
-        size = path.stat().st_size
+        size = seen.size
         if size != listed_size:
             raise mismatch(f"manifest {listed_size} bytes, file {size}")
-        actual_blocks = _on_every_core([
-            lambda start=start: _range_sha256(path, start, block)
-            for start in range(0, size, block)])
+        actual_blocks = seen.digests.get("blocks")
+        if (seen.digests.get("block_bytes") != block or not isinstance(actual_blocks, list)
+                or len(actual_blocks) != len(wanted)):
+            actual_blocks = _on_every_core([
+                lambda start=start: _range_sha256(path, start, block)
+                for start in range(0, size, block)])
+            digest_cache.remember(path, seen, {"block_bytes": block, "blocks": actual_blocks})
         for index, (want, got) in enumerate(zip(wanted, actual_blocks)):
             if want != got:
                 raise mismatch(f"block {index + 1} of {len(wanted)}: manifest {want}, file {got}")

@@ -9,6 +9,13 @@ from laya_edge import hooks as edge_hooks
 from modules import load_file
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _digest_records_in_a_temporary_directory(tmp_path_factory):
+    """Loads record the digests of the bundles they check (laya_edge.digest_cache): keep the
+    records of the test session's bundles out of the user's cache, for child processes too."""
+    os.environ["LAYA_EDGE_DIGEST_CACHE"] = str(tmp_path_factory.mktemp("digests"))
+
+
 @pytest.fixture(autouse=True)
 def _clean_default_hooks():
     edge_hooks.clear_default_hooks()

@@ -85,6 +85,7 @@ def test_end_to_end_on_a_tiny_checkpoint(tmp_path):
         assert row["1x1"]["p50_ms"] > 0 and row["1x10"]["p90_ms"] >= row["1x10"]["p50_ms"]
         assert row["32x4"]["questions_per_s"] > 0 and row["peak_mb"] >= row["loaded_peak_mb"] > 0
         assert row["size_mb"] > 0 and 0 <= row["argmax_agreement"] <= 1
+        assert row["first_construct_s"] > 0
     # upstream's baseline runs the plain export, the reference row the bundle's own graph
     plain, own = kind["runtimes"][2]["path"], kind["runtimes"][3]["path"]
     assert plain.endswith("modernbert-tiny-plain") and own == kind["runtimes"][0]["path"]
@@ -98,5 +99,7 @@ def test_end_to_end_on_a_tiny_checkpoint(tmp_path):
     ratio = checks["p50 1x1 vs upstream ONNXAgent"]
     assert ratio["value"] == edge["1x1"]["p50_ms"] / onnx["1x1"]["p50_ms"]
     assert ratio["met"] == (ratio["value"] <= 0.7)
+    first = checks["first-load construction fp32 vs edgejev fp32's"]
+    assert first["value"] == edge["first_construct_s"] / kind["runtimes"][5]["first_construct_s"]
     assert "| laya_edge fp32 |" in table.read_text() and "| check | value | bar | met |" in \
         table.read_text()

@@ -11,8 +11,8 @@ A file modified less than `SETTLE_NS` before it is looked at gets no record: a l
 same timestamp tick (coarse on some filesystems) could otherwise leave its stat unchanged.
 
 Records live in `$LAYA_EDGE_DIGEST_CACHE` (default `~/.cache/laya_edge/digests`); `off` turns
-them off. They are an optimisation only: an unreadable, unwritable or damaged record is ignored.
-Standard library only.
+them off, and Windows never keeps them. They are an optimisation only: an unreadable, unwritable
+or damaged record is ignored. Standard library only.
 """
 from __future__ import annotations
 
@@ -43,9 +43,10 @@ class Seen(NamedTuple):
 
 
 def cache_dir() -> Optional[Path]:
-    """Where records are kept, or None when `$LAYA_EDGE_DIGEST_CACHE` is `off`."""
+    """Where records are kept, or None when `$LAYA_EDGE_DIGEST_CACHE` is `off` and on Windows
+    (there `st_ctime` is the creation time, which a write does not move)."""
     root = os.environ.get(ENVIRONMENT) or os.path.join("~", ".cache", "laya_edge", "digests")
-    return None if root == "off" else Path(os.path.expanduser(root))
+    return None if root == "off" or os.name == "nt" else Path(os.path.expanduser(root))
 
 
 def _record_path(root: Path, path: Path) -> Path:

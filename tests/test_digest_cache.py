@@ -117,6 +117,12 @@ def test_records_can_be_turned_off(cache, hashes, bundle_dir, monkeypatch):
     assert digest_cache.cache_dir() is None
 
 
+def test_windows_keeps_no_records(cache, monkeypatch):
+    """Windows' st_ctime is the creation time: a write does not move it."""
+    monkeypatch.setattr(digest_cache.os, "name", "nt")
+    assert digest_cache.cache_dir() is None
+
+
 @pytest.mark.parametrize("damage", ["not json", '{"signature": 3}', "[1, 2]",
                                     'wrong signature', "short block list"])
 def test_a_damaged_record_is_ignored(cache, hashes, bundle_dir, damage):

@@ -70,7 +70,22 @@ def look_up(path: Path) -> Seen:
         return Seen(signature, settled, {})
     matches = isinstance(record, dict) and record.get("signature") == signature
     digests = record.get("digests") if matches else None
-    return Seen(signature, settled, digests if isinstance(digests, dict) else {})
+    return Seen(signature, settled, _well_formed(digests))
+
+
+def _well_formed(digests: Any) -> Dict[str, Any]:
+    """The entries of a record that have the shape `remember` writes; anything else is dropped
+    (and recomputed), so a damaged record cannot make a good file look changed."""
+    if not isinstance(digests, dict):
+        return {}
+    kept: Dict[str, Any] = {}
+    if isinstance(digests.get("sha256"), str):
+        kept["sha256"] = digests["sha256"]
+    block, blocks = digests.get("block_bytes"), digests.get("blocks")
+    if (isinstance(block, int) and not isinstance(block, bool) and isinstance(blocks, list)
+            and all(isinstance(item, str) for item in blocks)):
+        kept.update(block_bytes=block, blocks=blocks)
+    return kept
 
 
 def remember(path: Path, seen: Seen, digests: Mapping[str, Any]) -> None:

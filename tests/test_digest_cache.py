@@ -124,7 +124,7 @@ def test_windows_keeps_no_records(cache, monkeypatch):
 
 
 @pytest.mark.parametrize("damage", ["not json", '{"signature": 3}', "[1, 2]",
-                                    'wrong signature', "short block list"])
+                                    'wrong signature', "short block list", "blocks not text"])
 def test_a_damaged_record_is_ignored(cache, hashes, bundle_dir, damage):
     manifest = manifest_of(bundle_dir)
     fmt.check_files(bundle_dir, manifest, ["laya.onnx.data"])
@@ -133,14 +133,27 @@ def test_a_damaged_record_is_ignored(cache, hashes, bundle_dir, damage):
     if damage == "wrong signature":
         content["signature"][1] += 1
         text = json.dumps(content)
-    elif damage == "short block list":
-        content["digests"]["blocks"] = content["digests"]["blocks"][:1]
+    elif damage in ("short block list", "blocks not text"):
+        blocks = content["digests"]["blocks"]
+        content["digests"]["blocks"] = blocks[:1] if damage == "short block list" else [
+            None] * len(blocks)
         text = json.dumps(content)
     else:
         text = damage
     record.write_text(text, encoding="utf-8")
     fmt.check_files(bundle_dir, manifest, ["laya.onnx.data"])
     assert hashes["blocks"] == 14
+
+
+def test_a_record_whose_digest_is_not_text_is_hashed_again(cache, hashes, bundle_dir):
+    manifest = manifest_of(bundle_dir)
+    fmt.check_files(bundle_dir, manifest, ["config.json"])
+    (record,) = cache.glob("*.json")
+    content = json.loads(record.read_text(encoding="utf-8"))
+    content["digests"]["sha256"] = 42
+    record.write_text(json.dumps(content), encoding="utf-8")
+    fmt.check_files(bundle_dir, manifest, ["config.json"])
+    assert hashes["files"] == 2
 
 
 def test_an_unwritable_cache_only_costs_a_hash(cache, hashes, bundle_dir, monkeypatch):

@@ -530,7 +530,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="laya-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     compileall.compile_dir(str(REPO / "laya_edge"), quiet=1)
-    os.environ["LAYA_EDGE_DIGEST_CACHE"] = tempfile.mkdtemp(prefix="laya-bench-digests-")
+    records = work / "digest-records"
+    shutil.rmtree(records, ignore_errors=True)
+    os.environ["LAYA_EDGE_DIGEST_CACHE"] = str(records)
     inputs = work / "inputs.json"
     inputs.write_text(json.dumps({"states": tickets(32), "q1": QUESTIONS1, "q10": QUESTIONS10,
                                   "q4": QUESTIONS4}), encoding="utf-8")

@@ -204,8 +204,7 @@ def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Ite
         if size != listed_size:
             raise mismatch(f"manifest {listed_size} bytes, file {size}")
         actual_blocks = seen.digests.get("blocks")
-        if (seen.digests.get("block_bytes") != block or not isinstance(actual_blocks, list)
-                or len(actual_blocks) != len(wanted)):
+        if seen.digests.get("block_bytes") != block or len(actual_blocks) != len(wanted):
             actual_blocks = _on_every_core([
                 lambda start=start: _range_sha256(path, start, block)
                 for start in range(0, size, block)])

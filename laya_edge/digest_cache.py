@@ -49,8 +49,8 @@ def cache_dir() -> Optional[Path]:
     return None if root == "off" or os.name == "nt" else Path(os.path.expanduser(root))
 
 
-def _record_path(root: Path, path: Path) -> Path:
-    key = hashlib.sha256(os.path.realpath(path).encode("utf-8", "surrogateescape")).hexdigest()
+def _record_path(root: Path, real_path: str) -> Path:
+    key = hashlib.sha256(real_path.encode("utf-8", "surrogateescape")).hexdigest()
     return root / f"{key[:32]}.json"
 
 
@@ -64,7 +64,7 @@ def look_up(path: Path) -> Seen:
     if root is None:
         return Seen(signature, settled, {})
     try:
-        with open(_record_path(root, path), encoding="utf-8") as handle:
+        with open(_record_path(root, os.path.realpath(path)), encoding="utf-8") as handle:
             record = json.load(handle)
     except (OSError, ValueError):
         return Seen(signature, settled, {})
@@ -93,7 +93,8 @@ def remember(path: Path, seen: Seen, digests: Mapping[str, Any]) -> None:
     root = cache_dir()
     if root is None or not seen.settled:
         return
-    record = {"path": os.path.realpath(path), "signature": seen.signature,
+    real_path = os.path.realpath(path)
+    record = {"path": real_path, "signature": seen.signature,
               "digests": {**seen.digests, **digests}}
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,7 @@ def remember(path: Path, seen: Seen, digests: Mapping[str, Any]) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             json.dump(record, out)
-        os.replace(temporary, _record_path(root, path))
+        os.replace(temporary, _record_path(root, real_path))
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(temporary)

@@ -79,8 +79,8 @@ class Encoder:
     def from_directory(cls, directory: Any) -> "Encoder":
         directory = Path(directory)
         tokenizer, stored_direction = load_tokenizer(directory)
-        specials = special_tokens(directory, tokenizer)
         config = read_json(directory / "tokenizer_config.json")
+        specials = special_tokens(directory, tokenizer, config)
         side = config.get("truncation_side") or stored_direction
         is_bpe = type(tokenizer.model).__name__ == "BPE"
         return cls(tokenizer, specials["cls"], specials["sep"], specials["pad"], specials["mask"],

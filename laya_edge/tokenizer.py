@@ -62,11 +62,16 @@ def _token_text(entry: Any) -> Any:
     return entry.get("content") if isinstance(entry, dict) else entry
 
 
-def special_tokens(directory: Any, tokenizer: Any) -> Dict[str, SpecialToken]:
-    """The cls/sep/pad/mask tokens: text from the tokenizer configs, id from the vocabulary."""
+def special_tokens(directory: Any, tokenizer: Any,
+                   tokenizer_config: Optional[Dict[str, Any]] = None) -> Dict[str, SpecialToken]:
+    """The cls/sep/pad/mask tokens: text from the tokenizer configs, id from the vocabulary.
+
+    `tokenizer_config` is the directory's tokenizer_config.json when the caller has read it.
+    """
     directory = Path(directory)
-    sources = (read_json(directory / "tokenizer_config.json"),
-               read_json(directory / "special_tokens_map.json"))
+    if tokenizer_config is None:
+        tokenizer_config = read_json(directory / "tokenizer_config.json")
+    sources = (tokenizer_config, read_json(directory / "special_tokens_map.json"))
     found = {}
     for role in ROLES:
         key = f"{role}_token"

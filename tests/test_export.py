@@ -360,18 +360,22 @@ def test_manifest_hashes_every_file_and_reports_verification(bundles, checkpoint
     fp32 = manifest["variants"]["fp32"]
     assert fp32["precision"] == "fp32" and fp32["files"] == [fmt.GRAPH, fmt.sidecar(fmt.GRAPH)]
     assert pipeline.READOUT in fp32["optimisations"]
+    fusions = [line for line in fp32["optimisations"] if line.startswith("onnxscript ORT")]
+    import onnx
+
+    ops = {node.op_type for node in onnx.load(str(bundle / fmt.GRAPH),
+                                              load_external_data=False).graph.node}
     if kind == "minilm":  # a BERT encoder: its attention is fused, and the fused graph verified
-        fusions = [line for line in fp32["optimisations"] if line.startswith("onnxscript ORT")]
         assert len(fusions) == 1 and "attention x6" in fusions[0]
         # residual+LayerNorm is split again for onnxruntime's faster CPU kernels
         split = re.search(r"skip_layer_normalization_split x(\d+)", fusions[0])
         assert split and int(split.group(1)) > 0
-        import onnx
-
-        ops = {node.op_type for node in onnx.load(str(bundle / fmt.GRAPH),
-                                                  load_external_data=False).graph.node}
         assert "SkipLayerNormalization" not in ops and "LayerNormalization" in ops
         assert manifest["graph"]["opset_imports"].get("com.microsoft") == 1
+    if kind == "modernbert-tiny":  # rotary embedding and gated projections rewritten for ORT
+        assert len(fusions) == 1 and re.search(r"rotary_embedding_ort x\d", fusions[0])
+        assert re.search(r"glu_matmul_split x\d", fusions[0])
+        assert "RotaryEmbedding" in ops and "Split" not in ops
     report = fp32["verification"]
     assert report["skipped"] is False and report["passed"] is True
     assert report["argmax_agreement"] == 1.0 and report["disagreements"] == []

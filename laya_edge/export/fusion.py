@@ -1,8 +1,9 @@
-"""onnxruntime-specific fusions of the exported graph: attention and GELU.
+"""onnxruntime-specific fusions of the exported graph: attention, GELU, rotary embedding.
 
 onnxscript's ORT fusion rewriter turns the decomposed attention of the dynamo graph into
 `Attention`/`MultiHeadAttention` and folds bias+GELU into one kernel (onnxruntime's own BERT
-optimizer does not recognise this graph). The residual+LayerNorm it also folds is split again
+optimizer does not recognise this graph); `ort_rewrites` fuses what it leaves decomposed in
+ModernBERT-style encoders. The residual+LayerNorm it also folds is split again
 (see `split_skip_layer_norms`). The fused graph uses com.microsoft operators, so it runs on
 onnxruntime only, which is what the bundle is for.
 """
@@ -24,6 +25,8 @@ def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
     import onnxscript
     from onnxscript.rewriter import ort_fusions
 
+    from .ort_rewrites import rewrite_for_ort_kernels
+
     model = onnxscript.ir.load(str(source))
     quiet = logging.getLogger()
     level = quiet.level
@@ -32,6 +35,7 @@ def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
         with contextlib.redirect_stdout(io.StringIO()):
             fused, counts = ort_fusions.optimize_for_ort(model)
             packed = pack_attention_weights(fused)
+            counts.update(rewrite_for_ort_kernels(fused))
     finally:
         quiet.setLevel(level)
     onnxscript.ir.save(fused, str(target),

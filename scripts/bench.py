@@ -386,17 +386,16 @@ def bench_kind(kind: str, work: Path, inputs: Path, iters: int, rounds: int,
     specs = runtimes(paths)
     questions = 32 * len(json.loads(inputs.read_text(encoding="utf-8"))["q4"])
     samples: Dict[str, List[Dict[str, Any]]] = {spec["name"]: [] for spec in specs}
+    children = [dict(spec, inputs=str(inputs), iters=iters, rounds=rounds) for spec in specs]
     first_loads = {}
-    for spec in specs:
-        log(f"{kind}: {spec['name']} (first load)")
-        first_loads[spec["name"]] = run_child(
-            dict(spec, inputs=str(inputs), iters=iters, rounds=rounds, construct_only=True))
+    for child in children:
+        log(f"{kind}: {child['name']} (first load)")
+        first_loads[child["name"]] = run_child(dict(child, construct_only=True))
     for repeat in range(repeats):
         # Rotate who goes first, so no runtime always meets the machine in the same state.
-        for spec in specs[repeat % len(specs):] + specs[:repeat % len(specs)]:
-            log(f"{kind}: {spec['name']} ({repeat + 1}/{repeats})")
-            samples[spec["name"]].append(
-                run_child(dict(spec, inputs=str(inputs), iters=iters, rounds=rounds)))
+        for child in children[repeat % len(children):] + children[:repeat % len(children)]:
+            log(f"{kind}: {child['name']} ({repeat + 1}/{repeats})")
+            samples[child["name"]].append(run_child(child))
     results = [dict(spec, **summarise(spec["name"], samples[spec["name"]], questions),
                     first_construct_s=first_loads[spec["name"]]["construct_s"])
                for spec in specs]

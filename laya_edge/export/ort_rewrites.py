@@ -45,12 +45,12 @@ def rotate_half(op: Any, heads: Any, freqs: Any, first: Any, second: Any, unsque
     return op.Add(op.Mul(x, cos), op.Mul(op.Concat(op.Neg(x2), x1, axis=-1), sin))
 
 
-def rotates_halves(heads: Any, freqs: Any, first: Any, second: Any,
-                   unsqueeze: Any) -> pattern.MatchResult:
+def rotates_halves(heads: Any, freqs: Any, bound: Dict[str, Any]) -> pattern.MatchResult:
     """Whether the match is the form `RotaryEmbedding` computes (not interleaved, whole head):
     the slices are the two halves of the head axis, cos/sin gain the head axis, and the angles
     are one row per sequence position shared by the batch ([1, sequence, size / 2]), so they
-    can serve as its cache indexed by position."""
+    can serve as its cache indexed by position. `bound` holds the pattern's variables: each
+    Slice's starts, ends, axes and steps (`s1`, `e1`, `a1`, `p1`; `s2`...) and `unsqueeze`."""
     result = pattern.MatchResult()
     shape, angles = heads.shape, freqs.shape
     if shape is None or len(shape) != 4 or not all(isinstance(d, int) for d in shape[2:]):
@@ -61,13 +61,14 @@ def rotates_halves(heads: Any, freqs: Any, first: Any, second: Any,
     if angles is None or len(angles) != 3 or angles[0] != 1 or angles[1] != shape[1] \
             or angles[2] != half:
         return result.fail("the angles are not one row per position", freqs)
-    bounds = ((first, 0, lambda stop: stop == half), (second, half, lambda stop: stop >= 2 * half))
-    for (starts, ends, axes, steps), start, stop_ok in bounds:
+    bounds = (("1", 0, lambda stop: stop == half), ("2", half, lambda stop: stop >= 2 * half))
+    for part, start, stop_ok in bounds:
+        starts, ends, axes, steps = (bound[name + part] for name in "seap")
         stop = constant_int(ends)
         if (constant_int(starts) != start or stop is None or not stop_ok(stop)
                 or constant_int(axes) not in (3, -1) or constant_int(steps) != 1):
             return result.fail("the slices are not the two halves of the head")
-    if constant_int(unsqueeze) != 1:
+    if constant_int(bound["unsqueeze"]) != 1:
         return result.fail("cos/sin do not gain the head axis")
     return result
 
@@ -86,8 +87,8 @@ class RotaryToOrt(pattern.RewriteRuleClassBase):
         rotated = rotate_half(op, heads, freqs, (s1, e1, a1, p1), (s2, e2, a2, p2), unsqueeze)
         return op.Reshape(op.Transpose(rotated, perm=HEADS_FIRST), shape)
 
-    def check(self, op, heads, freqs, s1, e1, a1, p1, s2, e2, a2, p2, unsqueeze, **_):
-        return rotates_halves(heads, freqs, (s1, e1, a1, p1), (s2, e2, a2, p2), unsqueeze)
+    def check(self, op, heads, freqs, **bound):
+        return rotates_halves(heads, freqs, bound)
 
     def rewrite(self, op, heads, freqs, shape, **_):
         count, size = heads.shape[2], heads.shape[3]
@@ -111,8 +112,8 @@ class RotaryShape(pattern.RewriteRuleClassBase):
         rotated = rotate_half(op, heads, freqs, (s1, e1, a1, p1), (s2, e2, a2, p2), unsqueeze)
         return op.Shape(rotated, _outputs=["dims"])
 
-    def check(self, op, heads, freqs, dims, s1, e1, a1, p1, s2, e2, a2, p2, unsqueeze, **_):
-        result = rotates_halves(heads, freqs, (s1, e1, a1, p1), (s2, e2, a2, p2), unsqueeze)
+    def check(self, op, heads, freqs, dims, **bound):
+        result = rotates_halves(heads, freqs, bound)
         if not result:
             return result
         start, end = (dims.producer().attributes.get(name) for name in ("start", "end"))

@@ -10,6 +10,7 @@ import copy
 import json
 import os
 import warnings
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -24,6 +25,8 @@ from .long import (StartProbe, aggregate_windows, check_scan_budget, default_win
                    window_batch_cap, window_budget, window_starts)
 from .questions import normalise, parse_questions
 from .session import create_session, dual_install, plan, run
+from .session_cache import Setting as CacheSetting
+from .session_cache import cache_root
 from .source import resolve, verify
 
 DEFAULT_MAX_LEN = 512
@@ -48,7 +51,7 @@ class ONNXAgent(HookRegistry):
                  device: Optional[str] = None, precision: Optional[str] = None,
                  providers: Optional[Sequence[Any]] = None,
                  provider_options: Optional[Sequence[Dict[str, Any]]] = None,
-                 intra_op_threads: Optional[int] = None):
+                 intra_op_threads: Optional[int] = None, session_cache: CacheSetting = None):
         """Load a bundle (or a checkpoint directory/hub repo plus `onnx_path`).
 
         Hook arguments are validated first; then the device and precision are chosen
@@ -57,6 +60,7 @@ class ONNXAgent(HookRegistry):
         """
         self._configure_hooks(hooks, on_predict_start, on_predict_end, hooks_raise,
                               hooks_concurrent, hooks_timeout)
+        session_cache_root = cache_root(session_cache)
         self.model_id = self.model_id_or_path = model_id_or_path
         self.subfolder = subfolder
         source = resolve(model_id_or_path, onnx_path, subfolder, revision, token)
@@ -78,12 +82,14 @@ class ONNXAgent(HookRegistry):
         self.head_max_len = int(self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN))
         self.temperatures = Temperatures(self.cfg, lang_temperatures)
         self.encoder = Encoder.from_directory(self.directory / TOKENIZER_DIR)
-        self.session = self._open_session(intra_op_threads)
+        self.session = self._open_session(intra_op_threads, session_cache_root,
+                                          source.graph_sha256(self.graph_path))
 
-    def _open_session(self, intra_op_threads: Optional[int]) -> Any:
+    def _open_session(self, intra_op_threads: Optional[int], session_cache_root: Optional[Path],
+                      graph_sha256: str) -> Any:
         """What runs the graph: an onnxruntime session here; a subclass may run it elsewhere
         (`laya_edge.triton.TritonAgent`) behind the same `run`/`get_providers` surface."""
-        return create_session(self.plan, intra_op_threads)
+        return create_session(self.plan, intra_op_threads, session_cache_root, graph_sha256)
 
     @property
     def lang_temperatures(self) -> Dict[str, Dict[str, Any]]:

@@ -219,21 +219,37 @@ def disabled_optimizers_for(provider_names: Sequence[str]) -> Dict[str, List[str
             if list(provider_names) == [CPU] else {})
 
 
-def create_session(chosen: Plan, intra_op_threads: Optional[int] = None) -> Any:
+def create_session(chosen: Plan, intra_op_threads: Optional[int] = None,
+                   cache_root: Optional[Path] = None, graph_sha256: str = "") -> Any:
     """The session for a plan; a failing or silently dropped accelerator warns once, names
-    itself, and the plan is updated to what actually runs."""
+    itself, and the plan is updated to what actually runs. A CPU session goes through the
+    session cache (laya_edge.session_cache) when `cache_root` is set and the graph's digest is
+    known."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    if intra_op_threads is not None:
-        options.intra_op_num_threads = int(intra_op_threads)
+    def options(optimise: bool = True) -> Any:
+        made = ort.SessionOptions()
+        made.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimise
+                                          else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        made.log_severity_level = 3
+        if intra_op_threads is not None:
+            made.intra_op_num_threads = int(intra_op_threads)
+        return made
+
+    def make(path: str, session_options: Any, providers: Sequence[Any]) -> Any:
+        return ort.InferenceSession(path, sess_options=session_options, providers=providers,
+                                    **disabled_optimizers_for(
+                                        [_provider_name(entry) for entry in providers]))
+
     names = [_provider_name(entry) for entry in chosen.providers]
+    if names == [CPU] and cache_root is not None and graph_sha256:
+        from . import session_cache
+
+        key = session_cache.entry_key(graph_sha256, CPU_DISABLED_OPTIMIZERS)
+        return session_cache.open_session(lambda path, opts: make(path, opts, [CPU]),
+                                          chosen.graph, options, cache_root, key, chosen.reasons)
     try:
-        session = ort.InferenceSession(str(chosen.graph), sess_options=options,
-                                       providers=chosen.providers,
-                                       **disabled_optimizers_for(names))
+        session = make(str(chosen.graph), options(), chosen.providers)
     except Exception:
         if names == [CPU]:
             raise
@@ -241,8 +257,7 @@ def create_session(chosen: Plan, intra_op_threads: Optional[int] = None) -> Any:
                       f"{CPU}.", RuntimeWarning, stacklevel=3)
         chosen.reasons.append(f"{names[0]} failed to initialise; running on the CPU")
         chosen.device, chosen.providers = "cpu", [CPU]
-        return ort.InferenceSession(str(chosen.graph), sess_options=options, providers=[CPU],
-                                    **disabled_optimizers_for([CPU]))
+        return make(str(chosen.graph), options(), [CPU])
     active = session.get_providers()
     if names[0] not in active:
         warnings.warn(f"laya ONNX: {names[0]} was requested but onnxruntime did not enable it; "

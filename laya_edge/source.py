@@ -5,6 +5,7 @@ runtime will read, and the caller's `expected_sha256` pins.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import ntpath
 import os
@@ -32,10 +33,17 @@ class Source:
     revision: Optional[str]
 
     def graph_sha256(self, graph: Path) -> str:
-        """The manifest's hash of `graph` ('' when it is not a listed bundle file)."""
+        """A digest of `graph` and its external data from the manifest's hashes ('' when they
+        are not listed bundle files): the graph file alone, or the SHA-256 of both hashes when
+        the weights live in a sidecar (the graph file then holds only their offsets, the same
+        for every checkpoint of one architecture)."""
         listed = (self.manifest or {}).get("files") or {}
-        relative = _graph_files(self.directory, graph)
-        return listed.get(relative[0], {}).get("sha256", "") if relative else ""
+        hashes = [listed.get(name, {}).get("sha256", "")
+                  for name in _graph_files(self.directory, graph)]
+        if not hashes or not all(hashes):
+            return ""
+        return hashes[0] if len(hashes) == 1 else hashlib.sha256(
+            "\n".join(hashes).encode("ascii")).hexdigest()
 
 
 def _looks_local(name: str) -> bool:

@@ -12,6 +12,7 @@ and config; its graph is hashed as usual but never loaded.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -73,5 +74,6 @@ class TritonAgent(ONNXAgent):
         self._triton = {"url": url, "model_name": model_name, "client": client}
         super().__init__(model_id_or_path, device="cpu", precision="fp32", **kwargs)
 
-    def _open_session(self, intra_op_threads: Optional[int]) -> TritonSession:
+    def _open_session(self, intra_op_threads: Optional[int], session_cache_root: Optional[Path],
+                      graph_sha256: str) -> TritonSession:
         return TritonSession(**self._triton)

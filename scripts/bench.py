@@ -28,8 +28,9 @@ real-encoder checkpoint, both written by scripts/make_checkpoint.py) the script
    repeat, the other figures are medians over the repeats. Before them, each runtime is
    constructed once in a process of its own and that construction time is reported as "first
    load": it finds the files in the page cache like the timed ones, but none of what a runtime
-   keeps between loads (laya_edge's digest records start empty in every bench run, so its first
-   load hashes the bundle, the timed ones need not);
+   keeps between loads (laya_edge's digest records and session cache start empty in every bench
+   run, so its first load hashes the bundle and writes the session cache entry, the timed ones
+   need not; `--no-session-cache` leaves the cache off);
 3. prints a markdown table and the acceptance ratios of issue 7, and writes JSON (--json) and
    the table (--markdown).
 
@@ -468,7 +469,8 @@ def ratios(kind_result: Dict[str, Any], imports: Dict[str, float]) -> List[Dict[
 
 
 def markdown(report: Dict[str, Any]) -> str:
-    lines = [f"Machine: {report['machine']}", "",
+    cache = "on" if report["settings"]["session_cache"] else "off"
+    lines = [f"Machine: {report['machine']}", "", f"laya_edge session cache: {cache}", "",
              "`import` (fresh interpreter, median): " + ", ".join(
                  f"{name} {seconds * 1e3:.0f} ms" for name, seconds in report["imports"].items()),
              ""]
@@ -523,6 +525,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--repeats", type=int, default=3,
                         help="fresh processes per runtime, the runtimes taking turns")
     parser.add_argument("--imports", type=int, default=5, help="fresh interpreters per import")
+    parser.add_argument("--no-session-cache", dest="session_cache", action="store_false",
+                        help="leave laya_edge's session cache (LAYA_EDGE_SESSION_CACHE) off")
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here")
     args = parser.parse_args(argv)
@@ -532,6 +536,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     records = work / "digest-records"
     shutil.rmtree(records, ignore_errors=True)
     os.environ["LAYA_EDGE_DIGEST_CACHE"] = str(records)
+    sessions = work / "session-cache"
+    shutil.rmtree(sessions, ignore_errors=True)
+    os.environ["LAYA_EDGE_SESSION_CACHE"] = str(sessions) if args.session_cache else "off"
     inputs = work / "inputs.json"
     inputs.write_text(json.dumps({"states": tickets(32), "q1": QUESTIONS1, "q10": QUESTIONS10,
                                   "q4": QUESTIONS4}), encoding="utf-8")
@@ -543,7 +550,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         kinds.append(result)
     report = {"machine": machine(), "imports": imports, "kinds": kinds,
               "settings": {"iters": args.iters, "rounds": args.rounds,
-                           "repeats": args.repeats}}
+                           "repeats": args.repeats, "session_cache": args.session_cache}}
     table = markdown(report)
     print(table)
     if args.json:

@@ -16,6 +16,13 @@ def _digest_records_in_a_temporary_directory(tmp_path_factory):
     os.environ["LAYA_EDGE_DIGEST_CACHE"] = str(tmp_path_factory.mktemp("digests"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_session_cache_unless_asked():
+    """A user's LAYA_EDGE_SESSION_CACHE must not make the suite write entries into their cache;
+    tests of the cache pass `session_cache=` themselves."""
+    os.environ["LAYA_EDGE_SESSION_CACHE"] = "off"
+
+
 @pytest.fixture(autouse=True)
 def _clean_default_hooks():
     edge_hooks.clear_default_hooks()

@@ -67,6 +67,15 @@ def test_runtime_docs_examples_run(docs_workdir, page):
     assert all(output.strip() for output in outputs)
 
 
+def test_session_cache_example_writes_then_maps_its_entry(docs_workdir):
+    block = next(b for b in python_blocks("docs/agent.md") if "session_cache=" in b)
+    first, second = run_block(block).strip(), run_block(block).strip()
+    assert first.startswith("session cache: wrote optimised graph and prepacked weights to "
+                            "session-cache/")
+    entry = first.split(" to ", 1)[1]
+    assert second == f"session cache: optimised graph and prepacked weights from {entry}"
+
+
 def test_router_doc_example_prints_what_it_claims(docs_workdir):
     block = python_blocks("docs/router.md")[0]
     claimed = re.search(r"^# (multilingual .*)$", block, re.M).group(1)

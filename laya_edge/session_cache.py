@@ -49,21 +49,20 @@ def cache_root(setting: Setting = None) -> Optional[Path]:
     default directory; anything else: that directory); True is the default directory
     `~/.cache/laya_edge/sessions`, False is off, a path is that directory.
     """
-    if os.name == "nt":
-        return None
     if setting is None:
         setting = os.environ.get(ENVIRONMENT, "").strip() or False
         if setting == "off":
             setting = False
         elif setting == "on":
             setting = True
-    if setting is False:
-        return None
     if setting is True:
         setting = DEFAULT_ROOT
-    if not isinstance(setting, (str, os.PathLike)):
+    if setting is not False and (not isinstance(setting, (str, os.PathLike))
+                                 or not os.fspath(setting).strip()):
         raise ValueError("session_cache must be None, True, False or a directory path, got "
                          f"{setting!r}")
+    if setting is False or os.name == "nt":
+        return None
     return Path(os.path.expanduser(os.fspath(setting)))
 
 

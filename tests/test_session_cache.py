@@ -207,6 +207,15 @@ def test_windows_keeps_no_entries(monkeypatch):
     assert session_cache.cache_root(True) is None
 
 
+@pytest.mark.parametrize("setting", [3, "", "  ", b"/bytes"])
+def test_bad_settings_are_refused_on_every_platform(monkeypatch, setting):
+    with pytest.raises(ValueError, match="session_cache must be"):
+        session_cache.cache_root(setting)
+    monkeypatch.setattr(session_cache.os, "name", "nt")
+    with pytest.raises(ValueError, match="session_cache must be"):
+        session_cache.cache_root(setting)
+
+
 def test_a_bad_setting_is_refused_before_anything_is_loaded(monkeypatch):
     def no_session(*args, **kwargs):
         raise AssertionError("a session was created")

@@ -54,12 +54,17 @@ def _record_path(root: Path, real_path: str) -> Path:
     return root / f"{key[:32]}.json"
 
 
+def stat_signature(path: Path) -> List[int]:
+    """What tells an unchanged file: device, inode, size, modification and change times (ns)."""
+    status = os.stat(path)
+    return [status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
+            status.st_ctime_ns]
+
+
 def look_up(path: Path) -> Seen:
     """The file's current stat and the digests recorded for it ({} when none match)."""
-    status = os.stat(path)
-    signature = [status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
-                 status.st_ctime_ns]
-    settled = time.time_ns() - max(status.st_mtime_ns, status.st_ctime_ns) >= SETTLE_NS
+    signature = stat_signature(path)
+    settled = time.time_ns() - max(signature[3], signature[4]) >= SETTLE_NS
     root = cache_dir()
     if root is None:
         return Seen(signature, settled, {})

@@ -6,8 +6,8 @@ weights of every matrix multiplication into the layout its kernels read (for Mod
 it). Both depend only on the graph, the onnxruntime build and the CPU, so the first load with a
 cache lets onnxruntime write them out (`optimized_model_filepath` with
 `session.save_external_prepacked_constant_initializers`), and later loads map that graph with
-optimisation off instead of redoing the work. The answers are the
-same bits: the kernels and their packed weights are the ones the first session computed.
+optimisation off instead of redoing the work. The answers are the same bits: the kernels and
+their packed weights are the ones the first session computed.
 
 Opt-in (`session_cache=` on the agent, or `$LAYA_EDGE_SESSION_CACHE`): an entry holds the
 weights and their packed copy, 1.4-1.8x the variant's weight file on disk, and the first load
@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Union
+
+from .digest_cache import stat_signature
 
 ENVIRONMENT = "LAYA_EDGE_SESSION_CACHE"
 DEFAULT_ROOT = os.path.join("~", ".cache", "laya_edge", "sessions")
@@ -92,12 +94,6 @@ def entry_key(graph_digest: str, disabled_optimizers: Sequence[str]) -> str:
     return hashlib.sha256("|".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
-def _signature(path: Path) -> List[int]:
-    status = os.stat(path)
-    return [status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
-            status.st_ctime_ns]
-
-
 def _files(entry: Path) -> List[Path]:
     return [entry / GRAPH] + ([entry / WEIGHTS] if (entry / WEIGHTS).exists() else [])
 
@@ -107,7 +103,7 @@ def cached_graph(entry: Path) -> Optional[Path]:
     try:
         with open(entry / RECORD, encoding="utf-8") as handle:
             record = json.load(handle)
-        current = {path.name: _signature(path) for path in _files(entry)}
+        current = {path.name: stat_signature(path) for path in _files(entry)}
     except (OSError, ValueError):
         return None
     return entry / GRAPH if isinstance(record, dict) and record.get("files") == current else None
@@ -115,7 +111,7 @@ def cached_graph(entry: Path) -> Optional[Path]:
 
 def _seal(entry_dir: Path) -> None:
     """Record the stat of the files onnxruntime wrote, so a later change is noticed."""
-    record = {"files": {path.name: _signature(path) for path in _files(entry_dir)}}
+    record = {"files": {path.name: stat_signature(path) for path in _files(entry_dir)}}
     with open(entry_dir / RECORD, "w", encoding="utf-8") as handle:
         json.dump(record, handle)
 

@@ -449,7 +449,7 @@ def ratios(kind_result: Dict[str, Any], imports: Dict[str, float]) -> List[Dict[
              ">=", 1.8),
             ("int8 decisive argmax agreement vs torch", edge8["decisive_agreement"], ">=",
              int8["argmax_agreement"]),
-            ("int8 max |dp| vs torch", edge8["max_abs_p"], "<=", int8["max_abs_p"]),
+            ("int8 max abs dp vs torch", edge8["max_abs_p"], "<=", int8["max_abs_p"]),
         ]
     measured = [{"check": name, "value": value, "bar": f"{op} {bar:.3g}",
                  "met": value <= bar if op == "<=" else value >= bar}

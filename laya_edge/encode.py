@@ -195,14 +195,15 @@ RUN_OVERHEAD_TOKENS = 64
 LENGTH_STEP = 16
 
 
-def length_groups(lengths: Sequence[int], max_tokens: Optional[int] = None) -> List[List[int]]:
+def length_groups(lengths: Sequence[int], max_tokens: Optional[int] = None,
+                  max_rows: Optional[int] = None) -> List[List[int]]:
     """Row indices split into session runs of similar length, so less padding is computed.
 
     Each run pads to its longest row; the plan minimises padded tokens plus
     `RUN_OVERHEAD_TOKENS` per run (dynamic programming over rows sorted by length, their
-    lengths rounded up to `LENGTH_STEP`). With `max_tokens`, runs are then cut so that none pads
-    to more tokens than that (a row longer than it runs alone): on a CPU, runs of about a
-    thousand tokens keep the attention scores in cache and answer faster than one big run.
+    lengths rounded up to `LENGTH_STEP`). Runs are then cut so that none pads to more than
+    `max_tokens` tokens (a row longer than that runs alone) nor holds more than `max_rows` rows:
+    the device's run limits (laya_edge.accelerators.run_limits).
     """
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
     steps = sorted({-(-lengths[i] // LENGTH_STEP) for i in order})
@@ -227,15 +228,20 @@ def length_groups(lengths: Sequence[int], max_tokens: Optional[int] = None) -> L
     while j > 0:
         groups.append(order[rows_before[cut[j]]:rows_before[j]])
         j = cut[j]
-    return [run for group in reversed(groups) for run in _cut(group, lengths, max_tokens)]
+    return [run for group in reversed(groups)
+            for run in _cut(group, lengths, max_tokens, max_rows)]
 
 
-def _cut(group: List[int], lengths: Sequence[int], max_tokens: Optional[int]) -> List[List[int]]:
-    """A run split into equal parts, each padding to at most `max_tokens`."""
+def _cut(group: List[int], lengths: Sequence[int], max_tokens: Optional[int],
+         max_rows: Optional[int]) -> List[List[int]]:
+    """A run split into equal parts, each padding to at most `max_tokens` and holding at most
+    `max_rows` rows."""
     longest = max(lengths[i] for i in group)
-    if max_tokens is None or len(group) * longest <= max_tokens:
+    per_run = len(group) if max_tokens is None else max(1, max_tokens // longest)
+    per_run = per_run if max_rows is None else min(per_run, max(1, max_rows))
+    if len(group) <= per_run:
         return [group]
-    parts = -(-len(group) // max(1, max_tokens // longest))
+    parts = -(-len(group) // per_run)
     size = -(-len(group) // parts)
     return [group[start:start + size] for start in range(0, len(group), size)]
 

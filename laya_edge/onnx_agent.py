@@ -11,7 +11,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,16 +24,14 @@ from .lifecycle import run_predict
 from .long import (StartProbe, aggregate_windows, check_scan_budget, default_window,
                    window_batch_cap, window_budget, window_starts)
 from .questions import normalise, parse_questions
-from .session import create_session, dual_install, plan, run
+from .device_run import run
+from .session import Plan, create_session, dual_install, plan, session_device
 from .session_cache import Setting as CacheSetting
 from .session_cache import cache_root
 from .source import resolve, verify
 
 DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
-# Padded tokens per session run on a CPU (scripts/bench.py: runs of about a thousand tokens
-# answer faster than one big run); accelerators take each length group whole.
-CPU_RUN_TOKENS = 1024
 
 
 class ONNXAgent(HookRegistry):
@@ -51,12 +49,14 @@ class ONNXAgent(HookRegistry):
                  device: Optional[str] = None, precision: Optional[str] = None,
                  providers: Optional[Sequence[Any]] = None,
                  provider_options: Optional[Sequence[Dict[str, Any]]] = None,
-                 intra_op_threads: Optional[int] = None, session_cache: CacheSetting = None):
+                 intra_op_threads: Optional[int] = None, session_cache: CacheSetting = None,
+                 gpu_mem_limit: Optional[int] = None):
         """Load a bundle (or a checkpoint directory/hub repo plus `onnx_path`).
 
         Hook arguments are validated first; then the device and precision are chosen
         (`runtime_info()` says what and why) and every file about to be parsed is checked
-        against the bundle manifest (and `expected_sha256`).
+        against the bundle manifest (and `expected_sha256`). `gpu_mem_limit` caps the bytes
+        the CUDA arena takes, so several replicas can share one GPU (docs/devices.md).
         """
         self._configure_hooks(hooks, on_predict_start, on_predict_end, hooks_raise,
                               hooks_concurrent, hooks_timeout)
@@ -72,9 +72,9 @@ class ONNXAgent(HookRegistry):
         self.plan = plan(device, precision, onnxruntime.get_available_providers(),
                          source.variants, source.graph_sha256(fp32) if fp32 else "",
                          (self.manifest or {}).get("graph", {}).get("shape_ranges"),
-                         providers, provider_options)
-        self.graph_path, self._variants = self.plan.graph, dict(source.variants)
-        verify(source, self.graph_path, expected_sha256)
+                         providers, provider_options, gpu_mem_limit=gpu_mem_limit)
+        self._variants = dict(source.variants)
+        verify(source, self.plan.graph, expected_sha256)
         with open(self.directory / CONFIG, encoding="utf-8") as handle:
             self.cfg = json.load(handle)
         check_config(self.cfg, model_id_or_path)
@@ -82,14 +82,19 @@ class ONNXAgent(HookRegistry):
         self.head_max_len = int(self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN))
         self.temperatures = Temperatures(self.cfg, lang_temperatures)
         self.encoder = Encoder.from_directory(self.directory / TOKENIZER_DIR)
-        self.session = self._open_session(intra_op_threads, session_cache_root,
-                                          source.graph_sha256(self.graph_path))
+        self.session, self.plan = self._open_session(
+            intra_op_threads, session_cache_root, source.graph_sha256,
+            lambda graph: verify(source, graph, expected_sha256))
+        self.graph_path = self.plan.graph
 
     def _open_session(self, intra_op_threads: Optional[int], session_cache_root: Optional[Path],
-                      graph_sha256: str) -> Any:
-        """What runs the graph: an onnxruntime session here; a subclass may run it elsewhere
-        (`laya_edge.triton.TritonAgent`) behind the same `run`/`get_providers` surface."""
-        return create_session(self.plan, intra_op_threads, session_cache_root, graph_sha256)
+                      digest: Callable[[Path], str], check: Callable[[Path], None]
+                      ) -> Tuple[Any, Plan]:
+        """What runs the graph and the plan it runs: an onnxruntime session here (a provider
+        that fails hands over to the plan's fallback, whose graph `check` verifies first); a
+        subclass may run it elsewhere (`laya_edge.triton.TritonAgent`) behind the same
+        `run`/`get_providers` surface."""
+        return create_session(self.plan, intra_op_threads, session_cache_root, digest, check)
 
     @property
     def lang_temperatures(self) -> Dict[str, Dict[str, Any]]:
@@ -97,8 +102,9 @@ class ONNXAgent(HookRegistry):
         return self.temperatures.lang_temperatures
 
     def runtime_info(self) -> Dict[str, Any]:
-        """What this agent runs on and why: device, precision, graph, active providers."""
-        return {"device": self.plan.device, "device_id": self.plan.device_id,
+        """What this agent runs on and why: device (read back from the session's first active
+        provider), precision, graph, active providers."""
+        return {"device": session_device(self.session), "device_id": self.plan.device_id,
                 "precision": self.plan.precision, "graph": str(self.graph_path),
                 "providers": self.session.get_providers(),
                 "available_variants": sorted(self._variants), "reasons": list(self.plan.reasons),
@@ -192,20 +198,23 @@ class ONNXAgent(HookRegistry):
 
     def _run_rows(self, rows: List[Row]) -> Tuple[np.ndarray, np.ndarray]:
         """Logits and P(act) for `rows`, in their order, from session runs of similar length."""
-        io_binding = self.plan.device != "cpu"
-        groups = length_groups([len(row.ids) for row in rows],
-                               None if io_binding else CPU_RUN_TOKENS)
-        if len(groups) == 1:
-            logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id),
-                                     io_binding=io_binding)
-            return logits, act_probabilities(act_logits)
+        limits, binding = self.plan.limits, self.plan.binding
         width = max(MIN_MARKERS, max(len(row.markers) for row in rows))
+        if limits.markers is not None and width > limits.markers:
+            raise ValueError(f"a question has {width} options; this {self.plan.device} session "
+                             f"takes at most {limits.markers} per row (the bundle's "
+                             "shape_ranges.markers.max); ask with fewer options or re-export with "
+                             "a larger range")
+        groups = length_groups([len(row.ids) for row in rows], limits.tokens, limits.rows)
+        if len(groups) == 1:
+            logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id), binding)
+            return logits, act_probabilities(act_logits)
         logits = np.zeros((len(rows), width), dtype=np.float32)
         act = np.zeros(len(rows), dtype=np.float32)
         for group in groups:
             part_logits, part_act = run(self.session,
                                         collate([rows[i] for i in group], self.encoder.pad.id),
-                                        io_binding=io_binding)
+                                        binding)
             logits[group, :part_logits.shape[1]] = part_logits
             act[group] = act_probabilities(part_act)
         return logits, act

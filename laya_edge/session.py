@@ -1,28 +1,28 @@
-"""Choosing where and at which precision a bundle runs, and the onnxruntime session that does it.
+"""Choosing where and at which precision a bundle runs, and opening the onnxruntime session.
 
-`plan()` is pure: from the requested device/precision, the providers this onnxruntime offers and
-the bundle's variants it decides the graph file and the provider list, and says why. Then one
-session per agent is created (shared by every thread: `InferenceSession.run` is thread-safe). A
-provider that is listed but fails to initialise falls back with one RuntimeWarning naming it.
+`plan()` is pure: from the requested device/precision (or the caller's own provider list), the
+providers this onnxruntime offers and the bundle's variants it decides the graph file, the
+providers, how large one run may be, and the plans to fall back to (TensorRT -> CUDA -> CPU),
+and says why. `create_session` walks that chain: a provider that fails to start, or that
+onnxruntime silently leaves out, costs one RuntimeWarning naming it, and the next plan runs
+with its own precision (the fp16 graph chosen for a GPU never runs on the CPU) and device
+index. One session per agent is shared by every thread (`InferenceSession.run` is thread-safe).
 """
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
-import subprocess
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import numpy as np
-
-from .bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+from .accelerators import (DEFAULT_SHAPE_RANGES, RunLimits, check_gpu_mem_limit, cuda_options,
+                           gpu_name, prepare_provider_directories, run_limits,
+                           tensorrt_cache_dir, tensorrt_options, tensorrt_version)
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
+PROVIDER_DEVICES = {CPU: "cpu", CUDA: "cuda", TENSORRT: "tensorrt"}
 # onnxruntime fusions a CPU session leaves off: its CPU SkipLayerNormalization kernel is slower
 # than the Add and LayerNormalization it would replace (the exporter splits the ones onnxscript
 # fused, see export/fusion.py). Accelerator sessions keep it: their fused kernel is the fast one.
@@ -36,7 +36,8 @@ DUAL_INSTALL = ("both onnxruntime and onnxruntime-gpu are installed; they share 
 
 @dataclass
 class Plan:
-    """What a session will run: the device, the variant, the providers, and why."""
+    """What a session will run: the device, the variant, the providers, how large one run may
+    be, the plan to try if these providers fail, and why."""
 
     device: str
     device_id: int
@@ -44,6 +45,14 @@ class Plan:
     graph: Path
     providers: List[Any]
     reasons: List[str] = field(default_factory=list)
+    limits: RunLimits = field(default_factory=RunLimits)
+    fallback: Optional["Plan"] = None
+
+    @property
+    def binding(self) -> Optional[Tuple[str, int]]:
+        """Where a run's inputs and outputs live: `None` on the CPU, else onnxruntime's device
+        type and index (TensorRT's tensors are CUDA memory)."""
+        return None if self.device == "cpu" else ("cuda", self.device_id)
 
 
 def parse_device(device: Optional[str]) -> Tuple[str, int]:
@@ -62,6 +71,15 @@ def dual_install() -> bool:
 
     names = {(dist.metadata["Name"] or "").lower() for dist in metadata.distributions()}
     return {"onnxruntime", "onnxruntime-gpu"} <= names
+
+
+def provider_name(entry: Any) -> str:
+    return entry[0] if isinstance(entry, (tuple, list)) else entry
+
+
+def device_of(provider: str) -> str:
+    """The device a provider runs on, as `runtime_info()` reports it."""
+    return PROVIDER_DEVICES.get(provider, provider)
 
 
 def _pick_device(kind: str, available: Sequence[str], reasons: List[str]) -> str:
@@ -83,13 +101,17 @@ def _pick_device(kind: str, available: Sequence[str], reasons: List[str]) -> str
     return fallback
 
 
-def _pick_precision(precision: Optional[str], device: str, variants: Mapping[str, Path],
-                    reasons: List[str]) -> str:
+def _check_precision(precision: Optional[str]) -> str:
     name = "auto" if precision is None else str(precision).strip().lower()
     if name not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    return name
+
+
+def _pick_precision(name: str, device: str, variants: Mapping[str, Path],
+                    reasons: List[str]) -> str:
     if name == "auto":
-        preferred = "int8" if device == "cpu" else "fp16"
+        preferred = {"cpu": "int8", "cuda": "fp16", "tensorrt": "fp16"}.get(device, "fp32")
         chosen = next(p for p in (preferred, "fp32", *PRECISIONS[1:]) if p in variants)
         reasons.append(f"precision=auto on {device}: {chosen}"
                        + ("" if chosen == preferred else f" (the bundle has no {preferred} "
@@ -103,67 +125,99 @@ def _pick_precision(precision: Optional[str], device: str, variants: Mapping[str
     return name
 
 
-def cuda_options(device_id: int) -> Dict[str, Any]:
-    return {"device_id": device_id}
+def _cpu_fallback(requested: str, device_id: int, variants: Mapping[str, Path]) -> Plan:
+    """The last resort: the CPU, with the precision planned for the CPU. An fp16 request was
+    for the GPU: the CPU runs fp32 in its place when the bundle has it."""
+    reasons: List[str] = []
+    name = "fp32" if requested == "fp16" and "fp32" in variants else requested
+    if name != "auto" and name not in variants:
+        name = "auto"
+    precision = _pick_precision(name, "cpu", variants, reasons)
+    return Plan("cpu", device_id, precision, variants[precision], [CPU], reasons,
+                run_limits("cpu"))
 
 
-def _gpu_name(device_id: int) -> str:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return "unknown-gpu"
-    try:
-        done = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader", "-i",
-                               str(device_id)], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown-gpu"
-    return done.stdout.strip() or "unknown-gpu"
+def _device_plan(device: str, device_id: int, requested: str, variants: Mapping[str, Path],
+                 available: Sequence[str], reasons: List[str], graph_sha256: str,
+                 shape_ranges: Optional[Mapping[str, Mapping[str, int]]],
+                 trt_cache_root: Optional[str], gpu_mem_limit: Optional[int]) -> Plan:
+    precision = _pick_precision(requested, device, variants, reasons)
+    graph = variants[precision]
+    if device == "cpu":
+        return Plan("cpu", device_id, precision, graph, [CPU], reasons, run_limits("cpu"))
+    cuda = (CUDA, cuda_options(device_id, gpu_mem_limit))
+    if device == "cuda":
+        return Plan("cuda", device_id, precision, graph, [cuda, CPU], reasons, run_limits("cuda"),
+                    _cpu_fallback(requested, device_id, variants))
+    # TensorRT reduces precision itself; it is fed the fp32 graph.
+    if "fp32" not in variants:
+        raise ValueError(f"device='tensorrt' builds its engine from the fp32 graph, which this "
+                         f"bundle does not ship (it has {sorted(variants)}); re-export without "
+                         "--ship or run on device='cuda'")
+    ranges = shape_ranges or DEFAULT_SHAPE_RANGES
+    cache = tensorrt_cache_dir(graph_sha256, gpu_name(device_id), tensorrt_version(),
+                               trt_cache_root)
+    trt = (TENSORRT, tensorrt_options(device_id, precision == "fp16", cache, ranges))
+    reasons.append(f"tensorrt: fp32 graph, trt_fp16_enable={precision == 'fp16'}, "
+                   f"engine cache {cache}")
+    fallback = (_device_plan("cuda", device_id, requested, variants, available, [],
+                             graph_sha256, shape_ranges, trt_cache_root, gpu_mem_limit)
+                if CUDA in available else _cpu_fallback(requested, device_id, variants))
+    return Plan("tensorrt", device_id, precision, variants["fp32"], [trt, cuda, CPU],
+                reasons, run_limits("tensorrt", ranges), fallback)
 
 
-def _tensorrt_version() -> str:
-    from importlib import metadata
+def _caller_providers(providers: Any, provider_options: Any) -> List[Any]:
+    """The caller's `providers=`/`provider_options=` as one list onnxruntime takes, refused
+    with a clear error where onnxruntime would guess or silently drop entries."""
+    if isinstance(providers, (str, bytes)) or not isinstance(providers, (list, tuple)) \
+            or not providers:
+        raise ValueError("providers must be a non-empty list of provider names or (name, "
+                         f"options) pairs, got {providers!r}")
+    entries: List[Any] = []
+    for entry in providers:
+        if isinstance(entry, str):
+            entries.append(entry)
+        elif (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[0], str)
+              and isinstance(entry[1], dict)):
+            entries.append((entry[0], dict(entry[1])))
+        else:
+            raise ValueError("providers entries must be a provider name or a (name, options "
+                             f"dict) pair, got {entry!r}")
+    if provider_options is None:
+        return entries
+    if not isinstance(provider_options, (list, tuple)) or len(provider_options) != len(entries):
+        raise ValueError("provider_options must be a list with one options dict per provider "
+                         f"({len(entries)}), got {provider_options!r}")
+    if any(not isinstance(entry, str) for entry in entries):
+        raise ValueError("give provider options either inside providers as (name, options) "
+                         "pairs or in provider_options, not both")
+    if any(not isinstance(options, dict) for options in provider_options):
+        raise ValueError(f"provider_options entries must be dicts, got {provider_options!r}")
+    return [(name, dict(options)) for name, options in zip(entries, provider_options)]
 
-    for name in ("tensorrt", "tensorrt-cu12", "tensorrt-cu13", "tensorrt_libs"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown-trt"
 
-
-def tensorrt_cache_dir(graph_sha256: str, gpu: str, trt_version: str,
-                       root: Optional[str] = None) -> Path:
-    """Engines are only valid for one graph, GPU model and TensorRT version: key on all three."""
-    base = root or os.environ.get("LAYA_EDGE_TRT_CACHE") or os.path.join(
-        "~", ".cache", "laya_edge", "tensorrt")
-    key = hashlib.sha256(f"{graph_sha256}|{gpu}|{trt_version}".encode()).hexdigest()[:16]
-    return Path(os.path.expanduser(base)) / key
-
-
-def tensorrt_profile(shape_ranges: Mapping[str, Mapping[str, int]], bound: str) -> str:
-    batch = shape_ranges["batch"][bound]
-    sequence = shape_ranges["sequence"][bound]
-    markers = max(2, shape_ranges["markers"][bound])
-    dims = {"input_ids": f"{batch}x{sequence}", "attention_mask": f"{batch}x{sequence}",
-            "marker_pos": f"{batch}x{markers}", "marker_mask": f"{batch}x{markers}",
-            "qtype": f"{batch}"}
-    return ",".join(f"{name}:{dims[name]}" for name in GRAPH_INPUTS)
-
-
-def tensorrt_options(device_id: int, fp16: bool, cache_dir: Path,
-                     shape_ranges: Mapping[str, Mapping[str, int]]) -> Dict[str, Any]:
-    """TensorRT provider options: fp16, engine and timing caches, and optimisation profiles
-    spanning the manifest's shape ranges, so engines are built once, not per shape."""
-    return {
-        "device_id": device_id,
-        "trt_fp16_enable": bool(fp16),
-        "trt_engine_cache_enable": True,
-        "trt_engine_cache_path": str(cache_dir),
-        "trt_timing_cache_enable": True,
-        "trt_timing_cache_path": str(cache_dir),
-        "trt_profile_min_shapes": tensorrt_profile(shape_ranges, "min"),
-        "trt_profile_opt_shapes": tensorrt_profile(shape_ranges, "opt"),
-        "trt_profile_max_shapes": tensorrt_profile(shape_ranges, "max"),
-    }
+def _caller_plan(kind: str, device_id: int, index_given: bool, requested: str,
+                 providers: List[Any], variants: Mapping[str, Path],
+                 reasons: List[str]) -> Plan:
+    """A plan for the caller's own provider list: the device is the first provider's, and
+    `device=` may only agree with it."""
+    first = providers[0]
+    device = device_of(provider_name(first))
+    if kind != "auto" and kind != device:
+        raise ValueError(f"device={kind!r} disagrees with providers=, whose first provider "
+                         f"{provider_name(first)!r} runs on {device!r}; pass one of them")
+    listed = first[1].get("device_id") if isinstance(first, tuple) else None
+    if listed is not None and index_given and int(listed) != device_id:
+        raise ValueError(f"device=':{device_id}' disagrees with providers=, whose options set "
+                         f"device_id={listed}; pass one of them")
+    device_id = device_id if listed is None else int(listed)
+    reasons.append(f"providers=: used as given; device {device} (their first provider)")
+    precision = _pick_precision(requested, device, variants, reasons)
+    graph = variants["fp32" if device == "tensorrt" and "fp32" in variants else precision]
+    fallback = None if device == "cpu" else _cpu_fallback(requested, device_id, variants)
+    return Plan(device, device_id, precision, graph, providers, reasons, run_limits(device),
+                fallback)
 
 
 def plan(device: Optional[str], precision: Optional[str], available: Sequence[str],
@@ -171,45 +225,21 @@ def plan(device: Optional[str], precision: Optional[str], available: Sequence[st
          shape_ranges: Optional[Mapping[str, Mapping[str, int]]] = None,
          providers: Optional[Sequence[Any]] = None,
          provider_options: Optional[Sequence[Dict[str, Any]]] = None,
-         trt_cache_root: Optional[str] = None) -> Plan:
-    """Decide device, variant and providers. `variants` maps precision -> graph file."""
+         trt_cache_root: Optional[str] = None, gpu_mem_limit: Optional[int] = None) -> Plan:
+    """Decide device, variant, providers, run limits and fallbacks. `variants` maps precision
+    -> graph file."""
     kind, device_id = parse_device(device)
+    requested = _check_precision(precision)
+    gpu_mem_limit = check_gpu_mem_limit(gpu_mem_limit)
     reasons: List[str] = []
-    chosen = _pick_device(kind, available, reasons)
-    wanted_precision = _pick_precision(precision, chosen, variants, reasons)
-    graph = variants[wanted_precision]
     if providers is not None:
-        chosen_providers = list(providers)
-        if provider_options is not None:
-            chosen_providers = [(name, dict(options)) for name, options in
-                                zip(providers, provider_options)]
-        reasons.append("providers=: used exactly as given")
-    elif chosen == "tensorrt":
-        # TensorRT reduces precision itself; it is fed the fp32 graph.
-        if "fp32" not in variants:
-            raise ValueError(f"device={kind!r} builds its engine from the fp32 graph, which this "
-                             f"bundle does not ship (it has {sorted(variants)}); re-export "
-                             "without --ship or run on device='cuda'")
-        graph = variants["fp32"]
-        cache = tensorrt_cache_dir(graph_sha256, _gpu_name(device_id), _tensorrt_version(),
-                                   trt_cache_root)
-        ranges = shape_ranges or {"batch": {"min": 1, "opt": 8, "max": 64},
-                                  "sequence": {"min": 4, "opt": 256, "max": 512},
-                                  "markers": {"min": 2, "opt": 4, "max": 64}}
-        chosen_providers = [(TENSORRT, tensorrt_options(device_id, wanted_precision == "fp16",
-                                                        cache, ranges)),
-                            (CUDA, cuda_options(device_id)), CPU]
-        reasons.append(f"tensorrt: fp32 graph, trt_fp16_enable={wanted_precision == 'fp16'}, "
-                       f"engine cache {cache}")
-    elif chosen == "cuda":
-        chosen_providers = [(CUDA, cuda_options(device_id)), CPU]
-    else:
-        chosen_providers = [CPU]
-    return Plan(chosen, device_id, wanted_precision, graph, chosen_providers, reasons)
-
-
-def _provider_name(entry: Any) -> str:
-    return entry[0] if isinstance(entry, (tuple, list)) else entry
+        return _caller_plan(kind, device_id, ":" in str(device or ""), requested,
+                            _caller_providers(providers, provider_options), variants, reasons)
+    if provider_options is not None:
+        raise ValueError("provider_options needs providers= (one options dict per provider)")
+    chosen = _pick_device(kind, available, reasons)
+    return _device_plan(chosen, device_id, requested, variants, available, reasons,
+                        graph_sha256, shape_ranges, trt_cache_root, gpu_mem_limit)
 
 
 def disabled_optimizers_for(provider_names: Sequence[str]) -> Dict[str, List[str]]:
@@ -219,12 +249,27 @@ def disabled_optimizers_for(provider_names: Sequence[str]) -> Dict[str, List[str
             if list(provider_names) == [CPU] else {})
 
 
+def _fall_back(failed: Plan, successor: Plan, why: str) -> None:
+    name = provider_name(failed.providers[0])
+    warnings.warn(f"laya ONNX: {name} {why}; falling back to "
+                  f"{provider_name(successor.providers[0])} ({successor.precision}).",
+                  RuntimeWarning, stacklevel=4)
+    successor.reasons[:0] = [*failed.reasons, f"{name} {why}; fell back to "
+                             f"{successor.device} ({successor.precision} graph)"]
+
+
 def create_session(chosen: Plan, intra_op_threads: Optional[int] = None,
-                   cache_root: Optional[Path] = None, graph_sha256: str = "") -> Any:
-    """The session for a plan; a failing or silently dropped accelerator warns once, names
-    itself, and the plan is updated to what actually runs. A CPU session goes through the
-    session cache (laya_edge.session_cache) when `cache_root` is set and the graph's digest is
-    known."""
+                   cache_root: Optional[Path] = None,
+                   digest: Callable[[Path], str] = lambda graph: "",
+                   check: Callable[[Path], None] = lambda graph: None) -> Tuple[Any, Plan]:
+    """The session for a plan and the plan it actually runs.
+
+    The chosen plan's graph was checked by the caller; a fallback's graph goes through `check`
+    before it is parsed. A CPU session goes through the session cache (laya_edge.session_cache)
+    when `cache_root` is set and the graph's digest is known. onnxruntime's own fallback is off:
+    it would retry on CUDA without the provider options (the device index lost) and print to
+    stdout.
+    """
     import onnxruntime as ort
 
     def options(optimise: bool = True) -> Any:
@@ -238,49 +283,50 @@ def create_session(chosen: Plan, intra_op_threads: Optional[int] = None,
 
     def make(path: str, session_options: Any, providers: Sequence[Any]) -> Any:
         return ort.InferenceSession(path, sess_options=session_options, providers=providers,
-                                    **disabled_optimizers_for(
-                                        [_provider_name(entry) for entry in providers]))
+                                    enable_fallback=0, **disabled_optimizers_for(
+                                        [provider_name(entry) for entry in providers]))
 
-    names = [_provider_name(entry) for entry in chosen.providers]
-    if names == [CPU] and cache_root is not None and graph_sha256:
-        from . import session_cache
+    attempts = [chosen]
+    while attempts[-1].fallback is not None:
+        attempts.append(attempts[-1].fallback)
+    checked = {chosen.graph}
+    for index, attempt in enumerate(attempts):
+        last = index == len(attempts) - 1
+        if attempt.graph not in checked:
+            check(attempt.graph)
+            checked.add(attempt.graph)
+        names = [provider_name(entry) for entry in attempt.providers]
+        missing = [name for name in names if name not in ort.get_available_providers()]
+        if missing and not last:
+            _fall_back(attempt, attempts[index + 1], "is not offered by this onnxruntime"
+                       f"{' (' + DUAL_INSTALL + ')' if dual_install() else ''}")
+            continue
+        sha256 = digest(attempt.graph)
+        if names == [CPU] and cache_root is not None and sha256:
+            from . import session_cache
 
-        key = session_cache.entry_key(graph_sha256, CPU_DISABLED_OPTIMIZERS)
-        return session_cache.open_session(lambda path, opts: make(path, opts, [CPU]),
-                                          chosen.graph, options, cache_root, key, chosen.reasons)
-    try:
-        session = make(str(chosen.graph), options(), chosen.providers)
-    except Exception:
-        if names == [CPU]:
-            raise
-        warnings.warn(f"laya ONNX: {names[0]} initialization failed; falling back to "
-                      f"{CPU}.", RuntimeWarning, stacklevel=3)
-        chosen.reasons.append(f"{names[0]} failed to initialise; running on the CPU")
-        chosen.device, chosen.providers = "cpu", [CPU]
-        return make(str(chosen.graph), options(), [CPU])
-    active = session.get_providers()
-    if names[0] not in active:
-        warnings.warn(f"laya ONNX: {names[0]} was requested but onnxruntime did not enable it; "
-                      f"running on {active[0]}.", RuntimeWarning, stacklevel=3)
-        chosen.reasons.append(f"{names[0]} not enabled by onnxruntime; running on {active[0]}")
-        chosen.device = {CPU: "cpu", CUDA: "cuda", TENSORRT: "tensorrt"}.get(active[0], active[0])
-    return session
+            key = session_cache.entry_key(sha256, CPU_DISABLED_OPTIMIZERS)
+            session = session_cache.open_session(lambda path, opts: make(path, opts, [CPU]),
+                                                 attempt.graph, options, cache_root, key,
+                                                 attempt.reasons)
+            return session, attempt
+        try:
+            prepare_provider_directories(attempt.providers)
+            session = make(str(attempt.graph), options(), attempt.providers)
+        except Exception as error:
+            if last:
+                raise
+            _fall_back(attempt, attempts[index + 1],
+                       f"failed to initialise ({type(error).__name__}: {str(error)[:300]})")
+            continue
+        if names[0] in session.get_providers() or last:
+            return session, attempt
+        _fall_back(attempt, attempts[index + 1], "was not enabled by onnxruntime (are its "
+                   "libraries and the driver installed?)")
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def run(session: Any, inputs: Dict[str, np.ndarray], io_binding: bool = False):
-    """`(logits, act_logits)` for one collated batch.
+def session_device(session: Any) -> str:
+    """The device the session's first active provider runs on: what actually runs."""
+    return device_of(session.get_providers()[0])
 
-    With `io_binding` (accelerators), inputs are copied to the device once and the outputs read
-    back once, instead of onnxruntime staging them per node.
-    """
-    if not io_binding:
-        logits, act_logits = session.run(list(GRAPH_OUTPUTS), inputs)
-        return logits, act_logits
-    binding = session.io_binding()
-    for name, array in inputs.items():
-        binding.bind_cpu_input(name, array)
-    for name in GRAPH_OUTPUTS:
-        binding.bind_output(name)
-    session.run_with_iobinding(binding)
-    logits, act_logits = binding.copy_outputs_to_cpu()
-    return logits, act_logits

@@ -13,12 +13,13 @@ and config; its graph is hashed as usual but never loaded.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .bundle import GRAPH_OUTPUTS
 from .onnx_agent import ONNXAgent
+from .session import Plan
 
 DATATYPES = {np.dtype(np.int64): "INT64", np.dtype(np.bool_): "BOOL",
              np.dtype(np.float32): "FP32"}
@@ -75,5 +76,6 @@ class TritonAgent(ONNXAgent):
         super().__init__(model_id_or_path, device="cpu", precision="fp32", **kwargs)
 
     def _open_session(self, intra_op_threads: Optional[int], session_cache_root: Optional[Path],
-                      graph_sha256: str) -> TritonSession:
-        return TritonSession(**self._triton)
+                      digest: Callable[[Path], str], check: Callable[[Path], None]
+                      ) -> Tuple[TritonSession, Plan]:
+        return TritonSession(**self._triton), self.plan

@@ -62,6 +62,7 @@ def test_agent_answers_a_mixed_batch_in_several_runs_with_the_same_answers(bundl
     state's answers equal what it gets alone (within the 4-decimal rounding)."""
     import laya_edge
     from laya_edge import onnx_agent
+    from laya_edge.accelerators import CPU_RUN_TOKENS
     from agent_support import assert_close
 
     agent = laya_edge.load(str(bundles["minilm"]))
@@ -72,12 +73,12 @@ def test_agent_answers_a_mixed_batch_in_several_runs_with_the_same_answers(bundl
     alone = [agent.system_one(state, questions) for state in states]
     runs = []
     real_run = onnx_agent.run
-    monkeypatch.setattr(onnx_agent, "run", lambda session, inputs, io_binding=False: (
-        runs.append(inputs["input_ids"].shape), real_run(session, inputs, io_binding))[1])
+    monkeypatch.setattr(onnx_agent, "run", lambda session, inputs, binding=None: (
+        runs.append(inputs["input_ids"].shape), real_run(session, inputs, binding))[1])
     together = agent.predict_batch(states, questions)
     assert len(runs) > 1
     assert sum(shape[0] for shape in runs) == len(states) * len(questions)
-    assert all(shape[0] * shape[1] <= onnx_agent.CPU_RUN_TOKENS or shape[0] == 1
+    assert all(shape[0] * shape[1] <= CPU_RUN_TOKENS or shape[0] == 1
                for shape in runs)
     for ours, single in zip(together, alone):
         assert_close(ours, single)

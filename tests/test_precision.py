@@ -15,6 +15,7 @@ import pytest
 
 import laya_edge
 from laya_edge import session as S
+from laya_edge.device_run import run
 from laya_edge.bundle import read_manifest
 from laya_edge.export import ExportOptions, Progress, VerificationError, export_bundle
 from laya_edge.export import __main__ as cli
@@ -423,12 +424,12 @@ def test_explicit_providers_are_used_as_given():
                     provider_options=[{"arena_extend_strategy": "kSameAsRequested"}])
     assert chosen.providers == [("CPUExecutionProvider",
                                  {"arena_extend_strategy": "kSameAsRequested"})]
-    assert chosen.reasons[-1] == "providers=: used exactly as given"
+    assert chosen.reasons[0] == "providers=: used as given; device cpu (their first provider)"
 
 
 def test_cuda_and_tensorrt_provider_options(monkeypatch, tmp_path):
-    monkeypatch.setattr(S, "_gpu_name", lambda index: "NVIDIA H200")
-    monkeypatch.setattr(S, "_tensorrt_version", lambda: "10.9.0")
+    monkeypatch.setattr(S, "gpu_name", lambda index: "NVIDIA H200")
+    monkeypatch.setattr(S, "tensorrt_version", lambda: "10.9.0")
     chosen = S.plan("tensorrt:1", "fp16", [S.TENSORRT, S.CUDA, S.CPU], VARIANTS, "f" * 64,
                     RANGES, trt_cache_root=str(tmp_path))
     (trt, options), (cuda, cuda_options), cpu = chosen.providers
@@ -469,16 +470,49 @@ def test_a_failing_accelerator_falls_back_with_one_warning(monkeypatch, bundles)
     monkeypatch.setattr(ort, "get_available_providers", lambda: [S.CUDA, S.CPU])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        agent = laya_edge.load(str(bundles["minilm"]), device="cuda")
-    messages = [str(w.message) for w in caught if "initialization failed" in str(w.message)]
-    assert messages == ["laya ONNX: CUDAExecutionProvider initialization failed; falling back to "
-                        "CPUExecutionProvider."]
+        agent = laya_edge.load(str(bundles["minilm"]), device="cuda:1")
+    messages = [str(w.message) for w in caught if "falling back" in str(w.message)]
+    assert messages == ["laya ONNX: CUDAExecutionProvider failed to initialise (RuntimeError: "
+                        "CUDA driver version is insufficient); falling back to "
+                        "CPUExecutionProvider (fp32)."]
     info = agent.runtime_info()
     assert info["device"] == "cpu" and info["providers"] == [S.CPU]
-    assert "CUDAExecutionProvider failed to initialise" in info["reasons"][-1]
-    # the CPU session leaves SkipLayerNormFusion off; the CUDA one would have kept it
-    assert attempts[0] == ([(S.CUDA, S.cuda_options(0)), S.CPU], {})
-    assert attempts[-1] == ([S.CPU], {"disabled_optimizers": ["SkipLayerNormFusion"]})
+    assert info["device_id"] == 1
+    assert any("CUDAExecutionProvider failed to initialise" in reason
+               for reason in info["reasons"])
+    # onnxruntime's own fallback (CUDA without the options, printing to stdout) is off; the CPU
+    # session leaves SkipLayerNormFusion off, the CUDA one would have kept it
+    assert attempts[0] == ([(S.CUDA, {"device_id": 1}), S.CPU], {"enable_fallback": 0})
+    assert attempts[-1] == ([S.CPU], {"enable_fallback": 0,
+                                      "disabled_optimizers": ["SkipLayerNormFusion"]})
+
+
+@pytest.mark.parametrize("device, skipped", [
+    ("tensorrt", [S.TENSORRT, S.CUDA]), ("cuda", [S.CUDA])])
+def test_the_fallback_chain_on_real_sessions(fp16_bundle, monkeypatch, tmp_path, device, skipped):
+    """As if this CPU onnxruntime offered CUDA and TensorRT: each accelerator session comes up
+    without its provider (onnxruntime leaves out what it cannot run), so the chain walks on to
+    the CPU with one warning per step. The CPU runs the fp32 graph, not the fp16 one planned
+    for the GPU, answers as a CPU fp32 agent does, and runtime_info says what runs."""
+    import onnxruntime as ort
+
+    monkeypatch.setattr(ort, "get_available_providers", lambda: [S.TENSORRT, S.CUDA, S.CPU])
+    cache_root = tmp_path / "not" / "yet" / "there"
+    monkeypatch.setenv("LAYA_EDGE_TRT_CACHE", str(cache_root))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent = laya_edge.load(str(fp16_bundle), device=device)
+    ours = [str(w.message) for w in caught if str(w.message).startswith("laya ONNX:")]
+    assert [message.split()[2] for message in ours] == skipped
+    assert all("was not enabled by onnxruntime" in message for message in ours)
+    assert ours[-1].endswith("falling back to CPUExecutionProvider (fp32).")
+    info = agent.runtime_info()
+    assert (info["device"], info["precision"], info["providers"]) == ("cpu", "fp32", [S.CPU])
+    assert info["graph"].endswith("laya.onnx")
+    # TensorRT creates only the last directory of its cache path: the tree was made first
+    assert cache_root.is_dir() == (device == "tensorrt")
+    reference = quiet_load(fp16_bundle, device="cpu", precision="fp32")
+    assert agent.predict_batch(STATES, QUESTIONS) == reference.predict_batch(STATES, QUESTIONS)
 
 
 def test_runtime_info_on_this_machine(bundles):
@@ -500,8 +534,9 @@ def test_io_binding_run_gives_the_plain_run_answers(bundles):
     rows = [row for rows in encode_rows(agent.encoder, STATES, parsed, heads, agent.max_len,
                                         agent.head_max_len) for row in rows]
     batch = collate(rows, agent.encoder.pad.id)
-    plain = S.run(agent.session, batch)
-    bound = S.run(agent.session, batch, io_binding=True)
+    plain = run(agent.session, batch)
+    # inputs copied to the device as OrtValues, outputs bound there: on the CPU device here
+    bound = run(agent.session, batch, ("cpu", 0))
     for a, b in zip(plain, bound):
         np.testing.assert_array_equal(a, b)
 

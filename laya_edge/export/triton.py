@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, inside, read_manifest
-from ..session import tensorrt_profile
+from ..accelerators import tensorrt_profile
 
 # Graph input/output -> (Triton data type, dims after the batch axis, reshape for the model).
 INPUTS = {"input_ids": ("TYPE_INT64", [-1], None), "attention_mask": ("TYPE_INT64", [-1], None),

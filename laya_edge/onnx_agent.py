@@ -17,6 +17,7 @@ import numpy as np
 
 from .bundle import CONFIG, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir, check_config
 from .confidence import apply_gate, check_min_confidence
+from .device_run import run
 from .decode import Temperatures, act_probabilities, decode_state, empty_payload
 from .encode import Encoder, Row, collate, encode_rows, length_groups, state_room
 from .hooks import HookArg, HookRegistry, PredictContext, PredictHookArg
@@ -24,7 +25,6 @@ from .lifecycle import run_predict
 from .long import (StartProbe, aggregate_windows, check_scan_budget, default_window,
                    window_batch_cap, window_budget, window_starts)
 from .questions import normalise, parse_questions
-from .device_run import run
 from .session import Plan, create_session, dual_install, plan, session_device
 from .session_cache import Setting as CacheSetting
 from .session_cache import cache_root
@@ -207,14 +207,15 @@ class ONNXAgent(HookRegistry):
                              "a larger range")
         groups = length_groups([len(row.ids) for row in rows], limits.tokens, limits.rows)
         if len(groups) == 1:
-            logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id), binding)
+            logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id),
+                                     binding=binding)
             return logits, act_probabilities(act_logits)
         logits = np.zeros((len(rows), width), dtype=np.float32)
         act = np.zeros(len(rows), dtype=np.float32)
         for group in groups:
             part_logits, part_act = run(self.session,
                                         collate([rows[i] for i in group], self.encoder.pad.id),
-                                        binding)
+                                        binding=binding)
             logits[group, :part_logits.shape[1]] = part_logits
             act[group] = act_probabilities(part_act)
         return logits, act

@@ -5,11 +5,14 @@ On the GPU machine (onnxruntime-gpu on PYTHONPATH, see ../shared/gpu/README.md):
 
     python scripts/gpu_check.py --work /tmp/gpucheck --json $OUT/gpu_check.json
 
-1. writes a ModernBERT-large-shaped random checkpoint (scripts/make_checkpoint.py);
-2. exports it with fp32 and fp16 variants (python -m laya_edge.export);
-3. answers the same tickets on the CPU (fp32, the reference), on CUDA fp32 and on CUDA fp16, and
-   reports argmax agreement and max |dp| of the CUDA answers against the CPU ones;
-4. times 1 state x 1 question, 1 x 10 (mixed types) and 32 x 4 (questions/s) for laya_edge on
+1. with `--tests`, runs the GPU tests (tests/gpu: real CUDA/TensorRT sessions) and reports
+   their outcome;
+2. writes a ModernBERT-large-shaped random checkpoint (scripts/make_checkpoint.py);
+3. exports it with fp32 and fp16 variants (python -m laya_edge.export);
+4. answers the same tickets on the CPU (fp32, the reference), on CUDA fp32 and on CUDA fp16, and
+   reports argmax agreement and max |dp| of the CUDA answers against the CPU ones, and which
+   execution provider ran each node (onnxruntime's profile of one run);
+5. times 1 state x 1 question, 1 x 10 (mixed types) and 32 x 4 (questions/s) for laya_edge on
    CUDA fp32/fp16 and, when installed, upstream laya (torch) and laya-cuda on the same GPU and
    checkpoint.
 
@@ -106,6 +109,41 @@ def laya_edge_runtime(bundle: Path, device: str, precision: str):
         return laya_edge.load(str(bundle), device=device, precision=precision)
 
 
+def placement(agent: Any, work: Path) -> Dict[str, Any]:
+    """Nodes per execution provider in one profiled run of the agent's graph, and the nodes left
+    on the CPU (they break CUDA graphs and cost copies)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(work / f"profile-{agent.plan.precision}")
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(agent.graph_path), sess_options=options,
+                                   providers=agent.plan.providers)
+    from laya_edge.encode import collate, encode_rows
+    from laya_edge.questions import parse_questions
+
+    parsed = parse_questions(QUESTIONS4)
+    heads = {qid: agent.encoder.head(q, agent.head_max_len) for qid, q in parsed.items()}
+    rows = [row for rows in encode_rows(agent.encoder, TICKETS[:2], parsed, heads, agent.max_len,
+                                        agent.head_max_len) for row in rows]
+    session.run(None, collate(rows, agent.encoder.pad.id))
+    events = json.loads(Path(session.end_profiling()).read_text())
+    providers: Dict[str, set] = {}
+    for event in events:
+        provider = event.get("args", {}).get("provider")
+        if event.get("cat") == "Node" and provider:
+            providers.setdefault(provider, set()).add(event["name"].rsplit("_kernel_time", 1)[0])
+    return {"nodes_per_provider": {name: len(nodes) for name, nodes in providers.items()},
+            "cpu_nodes": sorted(providers.get("CPUExecutionProvider", ()))[:40]}
+
+
+def gpu_tests() -> Dict[str, Any]:
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "tests/gpu"], cwd=REPO,
+                          capture_output=True, text=True)
+    return {"exit": done.returncode, "tail": done.stdout.strip().splitlines()[-12:]}
+
+
 def peers(checkpoint: Path, device: str, rounds: int) -> Dict[str, Any]:
     found: Dict[str, Any] = {}
     try:
@@ -140,11 +178,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="also run the export's CPU verification (slow for large models)")
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--tests", action="store_true", help="run tests/gpu first")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     checkpoint, bundle = args.work / f"{args.kind}-ckpt", args.work / f"{args.kind}-bundle"
     report: Dict[str, Any] = {"kind": args.kind, "device": args.device}
+    if args.tests:
+        log("tests/gpu")
+        report["gpu_tests"] = gpu_tests()
     log(f"checkpoint {checkpoint}")
     make_checkpoint(args.kind, checkpoint)
     log(f"export {bundle}")
@@ -161,6 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         report["runs"][f"laya_edge {precision}"] = {
             "runtime": {key: info[key] for key in ("device", "precision", "providers")},
             "vs_cpu_fp32": compare(reference, agent.predict_batch(states, QUESTIONS10)),
+            "placement": placement(agent, args.work),
             "timings": figures(agent.system_one, agent.predict_batch, args.rounds)}
     if not args.skip_peers:
         report["peers"] = peers(checkpoint, args.device, args.rounds)

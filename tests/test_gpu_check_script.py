@@ -24,6 +24,10 @@ def test_gpu_check_dry_run_on_the_cpu(tmp_path):
     assert 0 < same["decisive_answers"] <= 160
     assert 0 < fp16["vs_cpu_fp32"]["argmax_agreement"] <= 1
     for run in (fp32, fp16):
+        # on the CPU every node runs on the CPU provider; on a GPU the report names the rest
+        placed = run["placement"]
+        assert set(placed["nodes_per_provider"]) == {"CPUExecutionProvider"}
+        assert placed["nodes_per_provider"]["CPUExecutionProvider"] >= len(placed["cpu_nodes"]) > 0
         timings = run["timings"]
         assert timings["1x1"]["p50_ms"] > 0 and timings["1x10"]["p50_ms"] > 0
         assert timings["32x4_questions_per_s"] > 0

@@ -143,14 +143,17 @@ def test_abandoned_partial_entries_are_removed(tmp_path):
     assert not old.exists() and fresh.exists() and other.exists()
 
 
-def test_accelerator_sessions_do_not_use_the_cache(tmp_path):
-    """A session asked to run on an accelerator is left alone, even when onnxruntime ends up
-    running it on the CPU (this machine's onnxruntime has no CUDA)."""
+def test_accelerator_sessions_do_not_use_the_cache_but_their_cpu_fallback_does(tmp_path):
+    """A session asked to run on an accelerator is never cached; when the accelerator cannot run
+    (this machine's onnxruntime has no CUDA) the plan falls back to an ordinary CPU session,
+    which is cached like any other."""
     root = tmp_path / "sessions"
-    with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider"):
-        laya_edge.load(str(BUNDLE), session_cache=str(root),
-                       providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
-    assert not root.exists()
+    with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider is not offered"):
+        agent = laya_edge.load(str(BUNDLE), session_cache=str(root),
+                               providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    assert agent.runtime_info()["device"] == "cpu"
+    assert any("cache" in reason for reason in agent.runtime_info()["reasons"])
+    assert [entry.name for entry in root.iterdir()]
 
 
 def test_a_graph_outside_a_bundle_is_not_cached(tmp_path, checkpoints):

@@ -121,37 +121,6 @@ def serving_router(spec: Optional[str], device: Optional[str], precision: Option
     return router
 
 
-def answer_label(answer: Dict[str, Any], question: Dict[str, Any]) -> str:
-    """The answer in words: the chosen label, the most likely level, or yes/no."""
-    if answer.get("type") == "noul":
-        return "yes" if answer["noul"] > 0.5 else "no"
-    probabilities = answer.get("probabilities") or {}
-    if not probabilities:
-        return "-"
-    top = max(probabilities, key=probabilities.get)
-    if answer.get("type") == "score":
-        criteria = question.get("criteria")
-        level = int(top)
-        named = criteria[level] if isinstance(criteria, list) and level < len(criteria) else top
-        return f"{named} (score {answer['score']:.2f})"
-    return top
-
-
-def answers_table(payload: Dict[str, Any], questions: Dict[str, Any]) -> str:
-    rows = [("question", "type", "answer", "confidence")]
-    for key, answer in payload.get("answers", {}).items():
-        rows.append((str(key), str(answer.get("type", "")),
-                     answer_label(answer, questions.get(key, {})),
-                     f"{answer.get('answer_confidence', 0.0):.2f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-             for row in rows]
-    routing = payload.get("routing")
-    if routing:
-        lines.append(f"routed to {routing['model']}: {routing['reason']}")
-    return "\n".join(lines)
-
-
 def emit(data: Any, as_json: bool, table: str) -> None:
     """JSON when asked or when stdout is not a terminal (pipes, build logs); else the table."""
     if as_json or not sys.stdout.isatty():
@@ -161,6 +130,8 @@ def emit(data: Any, as_json: bool, table: str) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from .presentation import answers_table
+
     questions = read_json(args.questions, "--questions")
     if not isinstance(questions, dict) or not questions:
         raise InputError(f"--questions: {args.questions!r} must hold a non-empty JSON object "

@@ -137,7 +137,7 @@ class AnswerCache(BaseHook):
 def run_demo(directory: Path, json_output: bool = False) -> int:
     """Run the demo on the models in `directory`; prints a narrated run, or one JSON document
     with `json_output`."""
-    from .cli import answer_label
+    from .presentation import answer_label
     from .router import Router
 
     setup = demo_setup(directory)

@@ -17,7 +17,8 @@ _LAZY = {
     "PredictContext": (".hooks", "PredictContext"), "PredictHook": (".hooks", "PredictHook"),
     "ONNXAgent": (".onnx_agent", "ONNXAgent"), "Agent": (".onnx_agent", "Agent"),
     "load": (".onnx_agent", "load"), "Router": (".router", "Router"),
-    "RouteDecision": (".router", "RouteDecision"), "DEFAULT_MODELS": (".router", "DEFAULT_MODELS"),
+    "RouteDecision": (".routing", "RouteDecision"),
+    "DEFAULT_MODELS": (".model_names", "DEFAULT_MODELS"),
     "detect_language": (".lang", "analyse"), "detect_script": (".lang", "detect_script"),
     "is_english": (".lang", "is_english"),
 }

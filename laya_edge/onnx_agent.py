@@ -339,7 +339,7 @@ def load(model_id_or_path: str = "english", backend: Optional[str] = None,
         raise ValueError(f"{', '.join(refused)}=True selects a torch backend; laya_edge only runs "
                          "exported ONNX bundles")
     if kwargs.get("subfolder") is None and not os.path.exists(model_id_or_path):
-        from .router import canonical_name, resolve_model_spec
+        from .model_names import canonical_name, resolve_model_spec
 
         if resolve_model_spec(model_id_or_path) is not None:
             model_id_or_path = str(builtin_bundle_dir(canonical_name(model_id_or_path)))

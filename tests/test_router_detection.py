@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import laya_edge
+
 from modules import load_file
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "detector_agreement.py"
@@ -159,3 +161,20 @@ def test_troff_is_stripped_to_sentences():
            "entries alphabetically if none of -cftuvSUX is given." in paragraphs
     assert "-a do not ignore entries starting with a dot" in paragraphs
     assert not any("\\" in p or p.startswith(".") for p in paragraphs)
+
+
+def test_a_router_builds_its_agents_with_the_factory_it_is_given(tmp_path):
+    """`agent_factory` says how an agent is built (here a stand-in recording its arguments);
+    agent_kwargs are checked against the factory's signature, not ONNXAgent's."""
+    built = []
+
+    def factory(model_id_or_path, *, device=None, token=None, subfolder=None, temperature=1.0):
+        built.append((model_id_or_path, device, temperature))
+        return {"agent": model_id_or_path}
+
+    router = laya_edge.Router(models={"english": str(tmp_path)}, device="cpu",
+                              agent_factory=factory, agent_kwargs={"temperature": 2.0})
+    assert router.load("english") == {"agent": str(tmp_path)}
+    assert built == [(str(tmp_path), "cpu", 2.0)]
+    with pytest.raises(ValueError, match="factory accepts none of 'session_cache'"):
+        laya_edge.Router(agent_factory=factory, agent_kwargs={"session_cache": True})

@@ -27,6 +27,7 @@ import pytest
 import laya.hooks as UH
 import laya.router as UR
 import laya_edge.hooks as EH
+import laya_edge.residency as EResidency
 import laya_edge.router as ER
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -290,6 +291,8 @@ class Side:
         self.name, self.mp = name, monkeypatch
         self.R = ER.Router if name == "edge" else UR.Router
         self.module = ER if name == "edge" else UR
+        # where each implementation's residency calls gc.collect()
+        self.gc_module = EResidency if name == "edge" else UR
         self.H = EH if name == "edge" else UH
         self.trace: List[Dict[str, Any]] = []
         self.calls: List[Any] = []
@@ -353,7 +356,7 @@ class Side:
         # Evictions and unloads run gc.collect() (router.md 7.2; upstream also empties torch
         # caches): in a test process holding torch each pass costs up to a second. Stand-in
         # agents hold nothing worth collecting, so count the passes instead of running them.
-        self.mp.setattr(self.module, "gc", _CountingGc(self))
+        self.mp.setattr(self.gc_module, "gc", _CountingGc(self))
         if self.name == "edge":
             import laya_edge.onnx_agent as module
             self.mp.setattr(module, "ONNXAgent", StandIn)
@@ -2102,7 +2105,7 @@ def test_concurrent_predicts_while_another_thread_loads_and_evicts(monkeypatch, 
                             lambda path, **kwargs: by_path[path])
         # every eviction runs gc.collect() under the state lock (router.md 7.2); in a test
         # process holding torch that costs ~0.1 s a time, so count the calls instead
-        monkeypatch.setattr(ER, "gc", type("Gc", (), {"collect": staticmethod(
+        monkeypatch.setattr(EResidency, "gc", type("Gc", (), {"collect": staticmethod(
             lambda: collects.append(1) or 0)}))
     serial_router = ER.Router(models=sources, max_loaded=2)
     with warnings.catch_warnings():

@@ -20,13 +20,16 @@ the rules in router.md §5.
 """
 from __future__ import annotations
 
-import bisect
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple, Union
+
+from .lang_tables import (COLLISIONS, NON_EN_LETTERS, NORDIC_OVERLAP, SHORT_SWEDISH,
+                          STOPWORDS, SWEDISH_OPENERS)
+from .script_detect import (NON_LATIN_FRACTION, NON_LATIN_MIN_FRACTION, NON_LATIN_MIN_LETTERS,
+                            Tally, alpha_count, carries, detect_script, dominant,
+                            has_non_latin_word, profile, script_profile)
 
 __all__ = [
     "ENGLISH_RESCUE_DIACRITIC_RATE",
@@ -58,11 +61,6 @@ Result = Dict[str, Any]
 NON_EN_DIACRITIC_RATE = 0.02
 #: Above this share of non-English letters, English function words cannot rescue the text.
 ENGLISH_RESCUE_DIACRITIC_RATE = 0.06
-#: Non-Latin letter share that carries a text whose plurality script is Latin ...
-NON_LATIN_FRACTION = 0.2
-#: ... or this smaller share, when it amounts to at least NON_LATIN_MIN_LETTERS letters.
-NON_LATIN_MIN_FRACTION = 0.1
-NON_LATIN_MIN_LETTERS = 10
 #: An all-caps text must match a function word of at least this many letters ...
 SHOUTED_MIN_STOPWORD = 4
 #: ... and hold a word of at least this many letters; shorter all-caps runs are acronyms.
@@ -73,363 +71,22 @@ TEXT_BUDGET = 4000
 MAX_DEPTH = 6
 
 # --------------------------------------------------------------------------------------------
-# Scripts and letters (router.md §5.3)
+# Word evidence over the function-word lists of laya_edge.lang_tables
 # --------------------------------------------------------------------------------------------
-
-# Named non-Latin scripts and their code point ranges (hex, inclusive). No two ranges overlap.
-_SCRIPT_TABLE: Tuple[Tuple[str, str], ...] = (
-    ("greek", "0370-03FF 1F00-1FFF"),
-    ("cyrillic", "0400-052F 2DE0-2DFF A640-A69F"),
-    ("armenian", "0530-058F"),
-    ("hebrew", "0590-05FF"),
-    ("arabic", "0600-06FF 0750-077F 08A0-08FF FB50-FDFF FE70-FEFF"),
-    ("devanagari", "0900-097F A8E0-A8FF"),
-    ("bengali", "0980-09FF"),
-    ("gurmukhi", "0A00-0A7F"),
-    ("gujarati", "0A80-0AFF"),
-    ("oriya", "0B00-0B7F"),
-    ("tamil", "0B80-0BFF"),
-    ("telugu", "0C00-0C7F"),
-    ("kannada", "0C80-0CFF"),
-    ("malayalam", "0D00-0D7F"),
-    ("sinhala", "0D80-0DFF"),
-    ("thai", "0E00-0E7F"),
-    ("lao", "0E80-0EFF"),
-    ("tibetan", "0F00-0FFF"),
-    ("myanmar", "1000-109F"),
-    ("georgian", "10A0-10FF"),
-    ("ethiopic", "1200-137F"),
-    ("khmer", "1780-17FF"),
-    ("hangul", "1100-11FF 3130-318F AC00-D7AF"),
-    ("kana", "3040-309F 30A0-30FF 31F0-31FF"),
-    ("han", "3400-4DBF 4E00-9FFF F900-FAFF"),
-)
-
-# Letters (general category L*) of Unicode 16.0 that are unassigned in Unicode 13.0, the database
-# of the oldest supported interpreter (Python 3.10): everything Unicode 14.0-16.0 added as a letter,
-# CJK extensions H and I included. Derived from the Python 3.10-3.13 databases plus a newer
-# property table; ranges of hex code points. A character is looked up here only when the running
-# interpreter reports it unassigned (``Cn``); an assigned one is decided by ``str.isalpha`` alone.
-_LATE_LETTERS = (
-    "870-887 889-88E 8B5 8C8-8C9 C5D CDD 170D 171F 1B4C 1C89-1C8A 2C2F 2C5F 9FFD-9FFF "
-    "A7C0-A7C1 A7CB-A7CD A7D0-A7D1 A7D3 A7D5-A7DC A7F2-A7F4 10570-1057A 1057C-1058A "
-    "1058C-10592 10594-10595 10597-105A1 105A3-105B1 105B3-105B9 105BB-105BC 105C0-105F3 "
-    "10780-10785 10787-107B0 107B2-107BA 10D4A-10D65 10D6F-10D85 10EC2-10EC4 10F70-10F81 "
-    "11071-11072 11075 1123F-11240 11380-11389 1138B 1138E 11390-113B5 113B7 113D1 113D3 "
-    "11740-11746 11AB0-11ABF 11BC0-11BE0 11F02 11F04-11F10 11F12-11F33 12F90-12FF0 1342F "
-    "13441-13446 13460-143FA 16100-1611D 16A70-16ABE 16D40-16D6C 18CFF 1AFF0-1AFF3 "
-    "1AFF5-1AFFB 1AFFD-1AFFE 1B11F-1B122 1B132 1B155 1DF00-1DF1E 1DF25-1DF2A 1E030-1E06D "
-    "1E290-1E2AD 1E4D0-1E4EB 1E5D0-1E5ED 1E5F0 1E7E0-1E7E6 1E7E8-1E7EB 1E7ED-1E7EE "
-    "1E7F0-1E7FE 2A6DE-2A6DF 2B735-2B739 2EBF0-2EE5D 31350-323AF "
-)
-
-
-def _parse_ranges(spec: str) -> List[Tuple[int, int]]:
-    """``"0370-03FF 1F00"`` -> ``[(0x370, 0x3FF), (0x1F00, 0x1F00)]``."""
-    ranges = []
-    for item in spec.split():
-        low, _, high = item.partition("-")
-        ranges.append((int(low, 16), int(high or low, 16)))
-    return ranges
-
-
-def _sorted_table(entries: List[Tuple[int, int, Optional[str]]]):
-    """Split sorted, non-overlapping ``(low, high, name)`` entries into bisectable columns."""
-    entries = sorted(entries)
-    for (_, high, _), (low, _, _) in zip(entries, entries[1:]):
-        if low <= high:
-            raise ValueError("overlapping code point ranges")
-    return (tuple(e[0] for e in entries), tuple(e[1] for e in entries),
-            tuple(e[2] for e in entries))
-
-
-_SCRIPT_LOWS, _SCRIPT_HIGHS, _SCRIPT_NAMES = _sorted_table(
-    [(low, high, name) for name, spec in _SCRIPT_TABLE for low, high in _parse_ranges(spec)])
-_LATE_LOWS, _LATE_HIGHS, _ = _sorted_table(
-    [(low, high, None) for low, high in _parse_ranges(_LATE_LETTERS)])
-_LATE_FLOOR = _LATE_LOWS[0]
-
-
-def _in_table(cp: int, lows: Tuple[int, ...], highs: Tuple[int, ...]) -> int:
-    """Index of the range holding ``cp``, or -1."""
-    i = bisect.bisect_right(lows, cp) - 1
-    return i if i >= 0 and cp <= highs[i] else -1
-
-
-def _is_letter(ch: str) -> bool:
-    """``str.isalpha``, extended to letters this interpreter's Unicode database predates."""
-    if ch.isalpha():
-        return True
-    cp = ord(ch)
-    return (cp >= _LATE_FLOOR and unicodedata.category(ch) == "Cn"
-            and _in_table(cp, _LATE_LOWS, _LATE_HIGHS) >= 0)
-
-
-def _is_latin(cp: int) -> bool:
-    """Latin code points: ASCII to IPA Extensions, Latin Extended Additional, fullwidth letters."""
-    return (cp < 0x02B0 or 0x1E00 <= cp <= 0x1EFF
-            or 0xFF21 <= cp <= 0xFF3A or 0xFF41 <= cp <= 0xFF5A)
-
-
-def _named_script(cp: int) -> Optional[str]:
-    """The table script of a non-Latin code point (letter or not), or None."""
-    if _is_latin(cp):
-        return None
-    i = _in_table(cp, _SCRIPT_LOWS, _SCRIPT_HIGHS)
-    return _SCRIPT_NAMES[i] if i >= 0 else None
-
-
-# Marker for a combining mark in the non-Latin word scan: it neither extends nor ends a run.
-_TRANSPARENT = ""
-
-
-@lru_cache(maxsize=8192)
-def _char_info(ch: str) -> Tuple[Optional[str], bool, Optional[str]]:
-    """``(letter script or None, isalpha, word script)`` of one character.
-
-    The letter script is ``"latin"``, a table name or ``"other"``; the word script is the table
-    script used by the non-Latin word scan (non-letters of a script's block included), or
-    ``_TRANSPARENT`` for a combining mark.
-    """
-    cp = ord(ch)
-    word = _TRANSPARENT if unicodedata.combining(ch) else _named_script(cp)
-    if not _is_letter(ch):
-        return None, False, word
-    if _is_latin(cp):
-        return "latin", ch.isalpha(), word
-    return _named_script(cp) or "other", ch.isalpha(), word
-
-
-_ASCII_LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))
-
-
-def _alpha_count(text: str) -> int:
-    """Number of ``str.isalpha`` characters."""
-    if text.isascii():
-        return len(text) - len(text.encode("ascii").translate(None, _ASCII_LETTERS))
-    return sum(map(str.isalpha, text))
-
-
-class _Tally:
-    """Letter counts of one text: per script, isalpha total, and whether any table-script
-    character occurs (a precondition for a non-Latin word)."""
-
-    __slots__ = ("counts", "alpha", "scripted")
-
-    def __init__(self, text: str) -> None:
-        if text.isascii():
-            letters = _alpha_count(text)
-            self.counts: Dict[str, int] = {"latin": letters}
-            self.alpha = letters
-            self.scripted = False
-            return
-        counts: Dict[str, int] = {}
-        latin = alpha = 0
-        scripted = False
-        # Counter keeps first-occurrence order, so scripts are keyed in the order they appear.
-        for ch, n in Counter(text).items():
-            script, is_alpha, word = _char_info(ch)
-            if is_alpha:
-                alpha += n
-            if word:
-                scripted = True
-            if script == "latin":
-                latin += n
-            elif script is not None:
-                counts[script] = counts.get(script, 0) + n
-        counts["latin"] = latin  # last: a named script wins a tie against Latin
-        self.counts, self.alpha, self.scripted = counts, alpha, scripted
-
-
-def _dominant(counts: Dict[str, int]) -> str:
-    """Key with the largest count (first wins ties), or ``"unknown"`` without letters."""
-    best, best_n = "unknown", 0
-    for script, n in counts.items():
-        if n > best_n:
-            best, best_n = script, n
-    return best
-
-
-def _profile(counts: Dict[str, int]) -> Dict[str, float]:
-    """Share of letters per script, Latin first, zero counts left out."""
-    total = sum(counts.values())
-    if not total:
-        return {}
-    shares: Dict[str, float] = {}
-    if counts.get("latin"):
-        shares["latin"] = counts["latin"] / total
-    for script, n in counts.items():
-        if n and script != "latin":
-            shares[script] = n / total
-    return shares
-
-
-def _carries(fraction: float, letters: int) -> bool:
-    """Whether non-Latin letters are enough to make a Latin-plurality text non-Latin."""
-    return (fraction >= NON_LATIN_FRACTION
-            or (fraction >= NON_LATIN_MIN_FRACTION and letters >= NON_LATIN_MIN_LETTERS))
-
-
-def _has_non_latin_word(text: str, tally: Optional[_Tally] = None) -> bool:
-    """Whether ``text`` holds a run of two or more characters of one table script that does not
-    start with a capital (a capitalised run is a name, a single character a symbol). Combining
-    marks are skipped, so they never split a run."""
-    if tally is None:
-        tally = _Tally(text)
-    if not tally.scripted:
-        return False
-    script: Optional[str] = None
-    length = 0
-    capital = False
-    for ch in text:
-        word = _char_info(ch)[2]
-        if word == _TRANSPARENT:
-            continue
-        if word is not None and word == script:
-            length += 1
-            if length == 2 and not capital:
-                return True
-            continue
-        script = word
-        length = 1 if word else 0
-        capital = bool(word) and ch.isupper()
-    return False
-
-
-def detect_script(text: str) -> str:
-    """Dominant script of ``text`` (``latin``, ``han``, ``cyrillic``, ..., ``other``), or
-    ``unknown`` when it has no letters. No promotion of a non-Latin minority."""
-    return _dominant(_Tally(text).counts)
-
-
-def script_profile(text: str) -> Dict[str, float]:
-    """Share of the letters of ``text`` in each script, Latin first; ``{}`` without letters."""
-    return _profile(_Tally(text).counts)
-
-
-# --------------------------------------------------------------------------------------------
-# Word lists (router.md §5.4): function words, lower-case, sorted
-# --------------------------------------------------------------------------------------------
-
-def _words_of(text: str) -> FrozenSet[str]:
-    return frozenset(text.split())
-
-
-# Order matters: it breaks ties between languages.
-_STOPWORDS: Dict[str, FrozenSet[str]] = {
-    "en": _words_of(
-        "after already always and any are aren as at be because been before being between both "
-        "but can could couldn didn didnt does doesn doesnt doing done dont down during each ever "
-        "every few for from has hasn have haven havent here him his how i if in into is isn isnt "
-        "it ive many might much must never nor not of on only onto our please shall she should "
-        "some than that thats the their them then there these they this those through to too "
-        "until very was wasn wasnt we were weren what whats when where which while who whom why "
-        "will with within without won wont would wouldn yet you your youre yours "
-    ),
-    "fr": _words_of(
-        "alors au aux avec bien bonjour ce ces cette comment dans des deux dois doit donc du elle "
-        "elles est et fait fois il ils je jour jours la le les ma mais merci mes mois mon nous "
-        "ont ou pas peut peux plus pour pourquoi quand que qui sa ses sont sur ta tes ton tous "
-        "tout toute trois très tu une veut veux vous être "
-    ),
-    "de": _words_of(
-        "aber auch auf aus bei bitte das dem den der dich die diese diesen dieser dieses dir ein "
-        "eine einem einen einer für gibt habe haben heute ich im in ist jetzt kann kannst mein "
-        "meine meinem meinen meiner mich mir mit nach nicht noch oder sich sind und uns von wann "
-        "was welche werden wie wir wird wo wurde zu zum zur "
-    ),
-    "es": _words_of(
-        "al algo aquí aunque como con cuando del donde dos el entre es esa ese eso esta este esto "
-        "está fue fueron gracias han hay hemos hoy la las le les lo los mi muy más nada necesito "
-        "ni nos para pero por porque puede pueden que quiero se ser sobre son su sus también "
-        "tengo tiene tienen todo tres tu un una y ya "
-    ),
-    "pt": _words_of(
-        "agora ainda alguem alguém ali antes ao aos aqui as até boa cadê com como consigo da das "
-        "depois deu do dois dos e em entao então era esta estamos estava este estou está eu ficou "
-        "fiz foi gostaria hoje isso isto ja já mais mas meu meus minha minhas muito na nada nao "
-        "nas nenhum nenhuma ninguem ninguém noite nos nossa nosso não o obrigada obrigado olá "
-        "onde ontem os para pela pelo pode podem por porque pra preciso quando que quero sao se "
-        "ser seu sou sua são tambem também tarde tem tenho três tudo tá um uma vc vcs voce voces "
-        "você vocês é "
-    ),
-    "it": _words_of(
-        "abbiamo adesso agli alla alle anche ancora avete che ci ciao col come con da dagli dal "
-        "dalla dallo degli dei del della delle dello deve devo devono di dove e ed era fra già "
-        "gli grazie ha hai hanno ho ieri il la le lo mai mi mia mio molto ne negli nel nell "
-        "nella non o oggi per perche più poco quando questa questo scusa sempre si sono stata "
-        "stato su sua sul sulla sulle tra tuo un una uno voglio vorrei è "
-    ),
-    "nl": _words_of(
-        "aan dat deze door een het is maar met naar niet ook op te van voor worden wordt zijn "
-    ),
-    "sv": _words_of(
-        "appen aterbetala aterbetalning att behover behöver blivit debiterade dessa detta "
-        "faktura fel från får ganger gång gånger gör göra hittar hjalp hjalpa hjälp hjälpa här "
-        "installningarna installningen inställningarna inställningen inte jag kommer kraschar "
-        "kvittot losenord lösenord mig min mitt måste nar när nästa och också om oppnar paket ska "
-        "skicka skulle sparningen spårningen säger till tva två upp uppdaterats utan vi vill är "
-        "återbetala återbetalning öppnar "
-    ),
-    "ro": _words_of(
-        "aceasta această acest acesta acum ale care dar din după este foarte fost fără lui mi nu "
-        "pentru până sunt să trebuie vreau vă în și ți "
-    ),
-    "bn": _words_of(
-        "abar ajke akhon amader amake amar ami amra apnake apnar apnara apni ar asbe bhai bhalo "
-        "bolte bolun chai chaina dhonnobad dilam dite diye diyechi dorkar duibar ei eita ekbar "
-        "ekhon ekhono ekta ferot geche gese hobe hocche hoise hoye hoyeche hoyni jabe jodi jonno "
-        "kalke keno keu kharap khub ki kibhabe kichu kintu kivabe kobe kokhon korbo korchi kore "
-        "koreche korechi koren korlam korsi korte korun kothay koto lagbe moddhe nai niye oi oita "
-        "onek ota pabo paini parben parbo parchi parchina peyechi sathe shathe shob shomossa "
-        "somossa tader tahole taka theke tomake tomar tomra tumi valo "
-    ),
-    "az": _words_of(
-        "amma ancaq artiq artıq bir biz bu cox daha deyil də eger görə həm hər ile ilə isə kimi "
-        "lakin mən nə olan olmasa olub onlar siz sonra sən ucun var ve və yalniz yalnız yox "
-        "yoxdur çox üçün əgər "
-    ),
-}
-
-# Swedish support words specific enough to name a two- or three-word fragment.
-_SHORT_SWEDISH = _words_of(
-    "abonnemanget aterbetalning atkomst behover behöver betalningen fakturan felmeddelande glomt "
-    "glömt inloggningen installningen inställningen kvitto kvittot losenord lösenord sparningen "
-    "spårningen återbetalning åtkomst "
-)
-
-# Common Danish/Norwegian/Swedish words: never evidence for Swedish on their own.
-_NORDIC_OVERLAP = _words_of("hej ja nej jo tack mig min om kommer får skulle vi")
-
 
 def _shared_words() -> FrozenSet[str]:
-    seen: Counter = Counter(w for words in _STOPWORDS.values() for w in words)
-    return frozenset(w for w, n in seen.items() if n > 1) | _NORDIC_OVERLAP
+    seen: Counter = Counter(w for words in STOPWORDS.values() for w in words)
+    return frozenset(w for w, n in seen.items() if n > 1) | NORDIC_OVERLAP
 
 
 _SHARED = _shared_words()
 # word -> the lists that hold it, in list order
 _LISTS_OF: Dict[str, Tuple[str, ...]] = {
-    word: tuple(code for code, words in _STOPWORDS.items() if word in words)
-    for word in frozenset().union(*_STOPWORDS.values())}
-_EN_ONLY = _STOPWORDS["en"] - _SHARED
-# English words that a non-English list also holds: repeats count once as foreign evidence.
-_COLLISIONS = frozenset({"come", "son", "do", "care", "todo", "im", "per", "plus"})
-_SWEDISH_OPENERS = frozenset({"kan", "jag", "vi"})
+    word: tuple(code for code, words in STOPWORDS.items() if word in words)
+    for word in frozenset().union(*STOPWORDS.values())}
+_EN_ONLY = STOPWORDS["en"] - _SHARED
 
-# Letters ordinary English does not use (lower-case).
-_NON_EN_LETTERS = frozenset(
-    "àâäãáåçéèêëíìîïñóòôöõøúùûüýÿßæœ"  # Western European
-    "ăâîșțşţ"  # Romanian
-    "ąćęłńśźż"  # Polish
-    "čďěňřšťůž"  # Czech and Slovak
-    "őű"  # Hungarian
-    "ğı"  # Turkish
-    "āēģīķļņūž"  # Baltic
-    "đ"  # Croatian, Vietnamese
-    "ə"  # Azerbaijani
-)
-_NON_EN_LETTER_RE = re.compile("[" + "".join(sorted(_NON_EN_LETTERS)) + "]")
+_NON_EN_LETTER_RE = re.compile("[" + "".join(sorted(NON_EN_LETTERS)) + "]")
 
 # --------------------------------------------------------------------------------------------
 # Patterns. Each is linear-time: no nested or adjacent overlapping repetition.
@@ -522,13 +179,13 @@ def _non_english_rate(text: str) -> float:
 def _scores(words: List[str]) -> Tuple[Dict[str, int], FrozenSet[str]]:
     """Function-word score per language (a collision word counts once however often it
     repeats), and the languages that matched a word no other list holds."""
-    scores = dict.fromkeys(_STOPWORDS, 0)
+    scores = dict.fromkeys(STOPWORDS, 0)
     evidenced = set()
     for word, n in Counter(words).items():
         codes = _LISTS_OF.get(word)
         if codes is None:
             continue
-        weight = 1 if word in _COLLISIONS else n
+        weight = 1 if word in COLLISIONS else n
         for code in codes:
             scores[code] += weight
         if word not in _SHARED:
@@ -539,7 +196,7 @@ def _scores(words: List[str]) -> Tuple[Dict[str, int], FrozenSet[str]]:
 def _best_evidenced(scores: Dict[str, int], evidenced: FrozenSet[str]) -> Tuple[Optional[str], int]:
     """Highest-scoring evidenced non-English language (list order breaks ties), or (None, 0)."""
     best, best_score = None, 0
-    for code in _STOPWORDS:
+    for code in STOPWORDS:
         if code != "en" and code in evidenced and (best is None or scores[code] > best_score):
             best, best_score = code, scores[code]
     return best, best_score
@@ -550,7 +207,7 @@ def _english_rescue(distinct: set, rate: float) -> bool:
     word carrying a non-English letter (a loanword or a name)."""
     if rate >= ENGLISH_RESCUE_DIACRITIC_RATE or len(distinct & _EN_ONLY) < 2:
         return False
-    marked = sum(1 for w in distinct if not _NON_EN_LETTERS.isdisjoint(w))
+    marked = sum(1 for w in distinct if not NON_EN_LETTERS.isdisjoint(w))
     return marked <= 1
 
 
@@ -563,7 +220,7 @@ def _decide(words: List[str], distinct: set, rate: float,
     if best and score >= max(2, en + 2):
         return best, en
     if (best == "sv" and "inte" in distinct and "kan" in distinct
-            and words[0] in _SWEDISH_OPENERS and en <= 1):
+            and words[0] in SWEDISH_OPENERS and en <= 1):
         return best, en
     if best and marked and score >= max(2, en):
         return best, en
@@ -578,8 +235,8 @@ def _latin_evidence(text: str, diagnostic: Optional[dict] = None) -> Result:
     rate = _non_english_rate(text)
     marked = rate >= NON_EN_DIACRITIC_RATE
     distinct = set(words)
-    nordic = not distinct.isdisjoint(_NORDIC_OVERLAP) and distinct.isdisjoint(_EN_ONLY)
-    if 1 < len(words) < 4 and not distinct.isdisjoint(_SHORT_SWEDISH):
+    nordic = not distinct.isdisjoint(NORDIC_OVERLAP) and distinct.isdisjoint(_EN_ONLY)
+    if 1 < len(words) < 4 and not distinct.isdisjoint(SHORT_SWEDISH):
         reason, language, en, looks = "short_swedish", "sv", 0, marked
     elif len(words) < 4:
         reason, language, en, looks = "insufficient_words", None, 0, marked or nordic
@@ -623,7 +280,7 @@ def _shouted_evidence(tokens: List[str], language: str, rate: float) -> bool:
         return False
     if rate >= NON_EN_DIACRITIC_RATE:
         return True
-    vocab = _STOPWORDS.get(language, frozenset())
+    vocab = STOPWORDS.get(language, frozenset())
     return any(len(w) >= SHOUTED_MIN_STOPWORD for w in {t.lower() for t in tokens} & vocab)
 
 
@@ -644,14 +301,14 @@ def _only_acronyms(text: str) -> bool:
 
 def _verdict(text: str, diagnostic: Optional[dict] = None) -> Result:
     """Detection result for one flattened string (no segment or value scan)."""
-    tally = _Tally(text)
+    tally = Tally(text)
     counts = tally.counts
-    shares = _profile(counts)
-    script = _dominant(counts)
+    shares = profile(counts)
+    script = dominant(counts)
     fraction = round(1.0 - shares.get("latin", 0.0), 4) if shares else 0.0
-    carried = _carries(fraction, round(fraction * tally.alpha))
-    if script == "latin" and carried and _has_non_latin_word(text, tally):
-        script = _dominant({k: n for k, n in counts.items() if k != "latin"})
+    carried = carries(fraction, round(fraction * tally.alpha))
+    if script == "latin" and carried and has_non_latin_word(text, tally):
+        script = dominant({k: n for k, n in counts.items() if k != "latin"})
     if script == "unknown" or script != "latin":
         unknown = script == "unknown"
         if diagnostic is not None:
@@ -713,7 +370,7 @@ def _named_prose_language(line: str) -> Optional[str]:
         return None
     if shouted and not _shouted_evidence(tokens, language, float(evidence["diacritic_rate"])):
         return None
-    if len({t.lower() for t in tokens} & _STOPWORDS[language]) < 2:
+    if len({t.lower() for t in tokens} & STOPWORDS[language]) < 2:
         return None
     return language
 
@@ -754,7 +411,7 @@ def _line_reason(sample: str, det: Result) -> Optional[str]:
     if det["language"] not in (None, "en") and _named_prose_language(sample) is not None:
         return "named_value"
     if det["script"] not in ("latin", "unknown"):
-        if _has_non_latin_word(sample) and _alpha_count(sample) >= NON_LATIN_MIN_LETTERS:
+        if has_non_latin_word(sample) and alpha_count(sample) >= NON_LATIN_MIN_LETTERS:
             return "non_latin_value"
         return None
     if det["diacritic_rate"] >= NON_EN_DIACRITIC_RATE and len(_WORD.findall(sample)) >= 4:
@@ -779,7 +436,7 @@ def _value_candidate(leaf: str) -> Optional[Tuple[Result, int, str]]:
         reason = _line_reason(sample, det)
         if reason is None:
             continue
-        letters = _alpha_count(sample)
+        letters = alpha_count(sample)
         if letters > best_letters:
             best, best_letters = (det, number, reason), letters
     return best
@@ -794,7 +451,7 @@ def _value_scan(state: Any) -> Optional[Tuple[Result, Dict[str, Any], str]]:
         found = _value_candidate(leaf)
         if found is None:
             continue
-        letters = _alpha_count(leaf[:TEXT_BUDGET])
+        letters = alpha_count(leaf[:TEXT_BUDGET])
         if letters > best_letters:
             det, number, reason = found
             best, best_letters = (det, _source(index, path, number), reason), letters

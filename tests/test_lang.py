@@ -26,7 +26,7 @@ import pytest
 
 import laya.lang as upstream
 
-from laya_edge import lang
+from laya_edge import lang, lang_tables, script_detect
 
 # ============================================================================================
 # Corpus material
@@ -620,30 +620,30 @@ def test_state_text_budget_matches_upstream_for_other_limits(corpus):
 
 def test_letters_match_upstream_for_every_code_point():
     differ = [cp for cp in range(0x110000)
-              if lang._is_letter(chr(cp)) != upstream._is_letter(chr(cp))]
+              if script_detect.is_letter(chr(cp)) != upstream._is_letter(chr(cp))]
     assert differ == []
 
 
 def test_word_lists_have_the_documented_content():
-    sizes = {code: len(words) for code, words in lang._STOPWORDS.items()}
+    sizes = {code: len(words) for code, words in lang_tables.STOPWORDS.items()}
     assert sizes == {"en": 116, "fr": 67, "de": 63, "es": 65, "pt": 107, "it": 85, "nl": 19,
                      "sv": 66, "ro": 27, "bn": 98, "az": 40}
-    assert list(lang._STOPWORDS) == list(upstream._STOP)
-    for code, words in lang._STOPWORDS.items():
+    assert list(lang_tables.STOPWORDS) == list(upstream._STOP)
+    for code, words in lang_tables.STOPWORDS.items():
         assert set(words) == upstream._STOP[code], code
-    assert len(lang._SHORT_SWEDISH) == 21 and len(lang._NON_EN_LETTERS) == 67
-    en = lang._STOPWORDS["en"]
+    assert len(lang_tables.SHORT_SWEDISH) == 21 and len(lang_tables.NON_EN_LETTERS) == 67
+    en = lang_tables.STOPWORDS["en"]
     assert not en & {"over", "just", "under", "still", "he", "had", "or", "cant", "us", "about",
                      "up", "out", "also"}
-    assert {"in", "was"} <= lang._STOPWORDS["de"]
-    assert not {"de", "en"} & lang._STOPWORDS["es"] and "no" not in lang._STOPWORDS["pt"]
-    assert not {"la", "o", "un", "de", "pe", "ca"} & lang._STOPWORDS["ro"]
-    assert not {"her", "ne", "men", "de", "ki"} & lang._STOPWORDS["az"]
-    others = set().union(*(w for c, w in lang._STOPWORDS.items() if c != "bn"))
-    assert not lang._STOPWORDS["bn"] & others
-    assert {"vc", "pra", "voce", "nao"} <= lang._STOPWORDS["pt"]
-    for word in lang._COLLISIONS:
-        assert any(word in w for c, w in lang._STOPWORDS.items() if c != "en")
+    assert {"in", "was"} <= lang_tables.STOPWORDS["de"]
+    assert not {"de", "en"} & lang_tables.STOPWORDS["es"] and "no" not in lang_tables.STOPWORDS["pt"]
+    assert not {"la", "o", "un", "de", "pe", "ca"} & lang_tables.STOPWORDS["ro"]
+    assert not {"her", "ne", "men", "de", "ki"} & lang_tables.STOPWORDS["az"]
+    others = set().union(*(w for c, w in lang_tables.STOPWORDS.items() if c != "bn"))
+    assert not lang_tables.STOPWORDS["bn"] & others
+    assert {"vc", "pra", "voce", "nao"} <= lang_tables.STOPWORDS["pt"]
+    for word in lang_tables.COLLISIONS:
+        assert any(word in w for c, w in lang_tables.STOPWORDS.items() if c != "en")
 
 
 # ============================================================================================
@@ -722,20 +722,20 @@ def test_letters_of_later_unicode_versions_count():
     text = "\U0001E4D0\U0001E4D1\U0001E4D2 \U0001E5D0\U0001E5D1"
     det = lang.analyse(text)
     assert det["script"] == "other" and det["is_english"] is False
-    assert lang._is_letter("\U0001E5D0") and not lang._is_letter("\U0001E5FF")
-    assert not lang._is_letter("\U000E0001")  # a format character is never a letter
+    assert script_detect.is_letter("\U0001E5D0") and not script_detect.is_letter("\U0001E5FF")
+    assert not script_detect.is_letter("\U000E0001")  # a format character is never a letter
     # a code point the interpreter already knows is decided by isalpha alone
-    assert all(lang._is_letter(chr(cp)) == chr(cp).isalpha()
-               for low, high in zip(lang._LATE_LOWS, lang._LATE_HIGHS)
+    assert all(script_detect.is_letter(chr(cp)) == chr(cp).isalpha()
+               for low, high in zip(script_detect._LATE_LOWS, script_detect._LATE_HIGHS)
                for cp in range(low, high + 1) if unicodedata.category(chr(cp)) != "Cn")
 
 
 def test_script_ranges_do_not_overlap_and_follow_the_spec_table():
-    pairs = list(zip(lang._SCRIPT_LOWS, lang._SCRIPT_HIGHS))
+    pairs = list(zip(script_detect._SCRIPT_LOWS, script_detect._SCRIPT_HIGHS))
     assert all(a[1] < b[0] for a, b in zip(pairs, pairs[1:]))
-    assert lang._named_script(0x0416) == "cyrillic" and lang._named_script(0xAC00) == "hangul"
-    assert lang._named_script(0x0250) is None and lang._named_script(0x1E00) is None
-    assert lang._named_script(0x3000) is None  # CJK punctuation: no range
+    assert script_detect._named_script(0x0416) == "cyrillic" and script_detect._named_script(0xAC00) == "hangul"
+    assert script_detect._named_script(0x0250) is None and script_detect._named_script(0x1E00) is None
+    assert script_detect._named_script(0x3000) is None  # CJK punctuation: no range
 
 
 # ============================================================================================
@@ -1132,13 +1132,14 @@ def test_a_200k_character_line_is_cheap(make):
 
 
 def test_lang_imports_only_the_standard_library():
-    source = pathlib.Path(lang.__file__).read_text(encoding="utf-8")
     imported = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            imported.add(node.module.split(".")[0])
+    for module in (lang, lang_tables, script_detect):
+        source = pathlib.Path(module.__file__).read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
     code = ("import json, sys\nbefore = set(sys.modules)\nimport laya_edge.lang\n"
             "new = {m.split('.')[0] for m in set(sys.modules) - before}\n"

@@ -12,17 +12,16 @@ configured before any model machinery is loaded. Warning and error texts keep up
 from __future__ import annotations
 
 import contextvars
-import math
 import threading
 import time
 import uuid
-import warnings
-from collections.abc import Awaitable as _Awaitable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from types import CoroutineType, GeneratorType
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, ContextManager, Dict, Iterator, List, Optional,
+from typing import (TYPE_CHECKING, Any, Callable, ContextManager, Dict, Iterator, List, Optional,
                     Protocol, Sequence, Union)
+
+from .hook_async import is_awaitable, run_coroutine_sync
+from .hook_dispatch import dispatch, validate_timeout
 
 if TYPE_CHECKING:  # annotations only: asyncio loads when a hook returns an awaitable
     import asyncio
@@ -243,93 +242,6 @@ def defaults_suppressed() -> Iterator[None]:
         _SKIP_DEFAULTS.reset(token)
 
 
-def validate_timeout(value: Optional[float]) -> Optional[float]:
-    """Return `value` as a positive finite float, or None for no limit.
-
-    Zero and negatives are refused where they are set: a zero-length join races the hook.
-    Non-finite values break `Thread.join`; a bool would silently mean one second.
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise ValueError("hooks_timeout must be a positive finite number or None, not a bool; "
-                         f"got {value!r}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"hooks_timeout must be a positive finite number or None; got {value!r}")
-    return seconds
-
-
-_BACKGROUND_LOOP: Optional[asyncio.AbstractEventLoop] = None
-_BACKGROUND_LOOP_LOCK = threading.Lock()
-
-
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """The process-wide loop for coroutines whose caller already runs a loop of its own."""
-    import asyncio
-
-    global _BACKGROUND_LOOP
-    with _BACKGROUND_LOOP_LOCK:
-        if _BACKGROUND_LOOP is None or not _BACKGROUND_LOOP.is_running():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="laya-async-hooks",
-                             daemon=True).start()
-            _BACKGROUND_LOOP = loop
-        return _BACKGROUND_LOOP
-
-
-def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
-    import asyncio
-
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
-def _awaitable(value: Any) -> bool:
-    """`inspect.isawaitable`, without importing inspect and asyncio (tens of ms) until a hook
-    really returns an awaitable: `import laya_edge` stays cheap."""
-    return isinstance(value, _Awaitable) or (isinstance(value, GeneratorType) and bool(
-        value.gi_code.co_flags & 0x100))  # CO_ITERABLE_COROUTINE
-
-
-def _refuse(coro: Awaitable[Any], message: str) -> None:
-    if isinstance(coro, CoroutineType):
-        coro.close()
-    raise ValueError(message)
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
-
-
-def run_coroutine_sync(coro: Awaitable[Any],
-                       loop: Optional[asyncio.AbstractEventLoop] = None) -> Any:
-    """Run an awaitable to completion from synchronous code and return its value.
-
-    Without a running loop on this thread it uses `asyncio.run`; inside one it hands the
-    coroutine to a background loop, because blocking this thread on its own loop deadlocks.
-    A given `loop` must be running, and not on this thread, for the same reason. Awaitables
-    that are not coroutines (objects with `__await__`) are wrapped in one, since the asyncio
-    entry points take coroutines only.
-    """
-    import asyncio
-
-    if not asyncio.iscoroutine(coro):
-        coro = _awaited(coro)
-    if loop is not None:
-        if not loop.is_running():
-            _refuse(coro, "run_coroutine_sync: the loop passed is not running")
-        if loop is _running_loop():
-            _refuse(coro, "run_coroutine_sync: the loop passed is running in the calling "
-                          "thread; blocking on it would deadlock")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
-    if _running_loop() is None:
-        return asyncio.run(coro)
-    return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()
-
-
 class AsyncHook:
     """Runs a hook's `async def` events to completion inside the synchronous core.
 
@@ -353,7 +265,7 @@ class AsyncHook:
         if method is None:
             return
         outcome = method(ctx)
-        if _awaitable(outcome):
+        if is_awaitable(outcome):
             run_coroutine_sync(outcome, loop=self.loop)
 
     def on_predict_start(self, ctx: PredictContext) -> None:
@@ -390,70 +302,6 @@ def aggregate_usage(results: Sequence[Dict[str, Any]]) -> Dict[str, int]:
         for key in totals:
             totals[key] += int(usage.get(key, 0) or 0)
     return totals
-
-
-def _hook_name(method: Any) -> str:
-    return (getattr(method, "__qualname__", None) or getattr(method, "__name__", None)
-            or repr(method))
-
-
-def _invoke(method: Any, ctx: PredictContext) -> None:
-    outcome = method(ctx)
-    if _awaitable(outcome):
-        run_coroutine_sync(outcome)
-
-
-def _call_hook(method: Any, ctx: PredictContext, timeout: Optional[float]) -> None:
-    """Call one hook method, bounding the caller's wait when a timeout is set.
-
-    A timed call runs on a daemon thread in a copy of the caller's contextvars, so request
-    ids and tracing spans stay visible. Python cannot stop that thread: on timeout the hook
-    keeps running and only the caller moves on.
-    """
-    timeout = validate_timeout(timeout)
-    if timeout is None:
-        _invoke(method, ctx)
-        return
-    raised: List[BaseException] = []
-    context = contextvars.copy_context()
-
-    def work() -> None:
-        try:
-            context.run(_invoke, method, ctx)
-        except BaseException as exc:  # handed back to the caller's thread below
-            raised.append(exc)
-
-    worker = threading.Thread(target=work, name="laya-hook-timeout", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise TimeoutError(f"laya: hook {_hook_name(method)} exceeded {timeout:g}s")
-    if raised:
-        raise raised[0]
-
-
-def dispatch(hooks: Sequence[Any], event: str, ctx: PredictContext, *, raise_errors: bool = True,
-             lock: Any = None, timeout: Optional[float] = None) -> None:
-    """Fire `event` on every hook that implements it, in list order.
-
-    `lock` is held around each hook call (not the whole event), `timeout` bounds each call.
-    Only `Exception`s follow `raise_errors`; KeyboardInterrupt and friends always propagate.
-    """
-    for hook in hooks:
-        method = getattr(hook, event, None)
-        if method is None:
-            continue
-        try:
-            if lock is None:
-                _call_hook(method, ctx, timeout)
-            else:
-                with lock:
-                    _call_hook(method, ctx, timeout)
-        except Exception as exc:
-            if raise_errors:
-                raise
-            warnings.warn(f"laya: hook {type(hook).__name__}.{event} failed: {exc}",
-                          RuntimeWarning, stacklevel=2)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+from laya_edge import hook_async
 from laya_edge import hooks as H
 
 REQUEST_ID = contextvars.ContextVar("request_id", default=None)
@@ -322,13 +323,13 @@ def test_run_coroutine_sync_refuses_callers_own_loop(impl):
 
 
 def test_background_loop_is_recreated_after_it_stops():
-    first = H._background_loop()
+    first = hook_async._background_loop()
     first.call_soon_threadsafe(first.stop)
     for _ in range(100):
         if not first.is_running():
             break
         time.sleep(0.01)
-    second = H._background_loop()
+    second = hook_async._background_loop()
     assert second is not first and second.is_running()
     assert H.run_coroutine_sync(_value(3), loop=second) == 3
 

@@ -5,28 +5,29 @@ checkpoint has an English-only vocabulary, so it fails outright on other scripts
 calibration on other Latin-script languages, while the multilingual checkpoint only loses a few
 points on English. The detector therefore answers two questions, in order of certainty:
 
-1. *Which script?* Exact: letters are binned by Unicode range (router.md §5.3). A state whose
-   letters are mostly, or noticeably, non-Latin is not English.
-2. *Is the Latin text English?* Best effort: function-word counts per language, the share of
-   letters English does not use, and a few rules against acronyms, shouting, identifiers and code
-   (router.md §5.4-§5.7). "Undecided" is kept apart from "English" so that text with non-English
-   letters is never handed to the English checkpoint just because no word list named it.
+1. *Which script?* Exact: letters are binned by Unicode range (laya_edge.script_detect). A state
+   whose letters are mostly, or noticeably, non-Latin is not English.
+2. *Is the Latin text English?* Best effort: function-word counts per language and the share of
+   letters English does not use (laya_edge.latin_language), and here the rules against acronyms,
+   shouting, identifiers, code and foreign lines inside English states. "Undecided" is kept apart
+   from "English" so that text with non-English letters is never handed to the English
+   checkpoint just because no word list named it.
 
 Callers that already know the language should pass it explicitly instead (``lang=``).
 
 Everything here is standard library, and every pattern is linear-time: states are user input.
 The behavioural oracle is upstream ``laya.lang`` 0.4.15; this is an independent implementation of
-the rules in router.md §5.
+the rules written down in docs/design/routing.md.
 """
 from __future__ import annotations
 
-import re
-from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
-from .lang_tables import (COLLISIONS, NON_EN_LETTERS, NORDIC_OVERLAP, SHORT_SWEDISH,
-                          STOPWORDS, SWEDISH_OPENERS)
+from .lang_tables import STOPWORDS
+from .latin_language import (CODE_LINE, ENGLISH_RESCUE_DIACRITIC_RATE, JOINED, LETTER_RUN,
+                             NON_EN_DIACRITIC_RATE, WORD, guess_latin_language, latin_evidence,
+                             latin_profile)
 from .script_detect import (NON_LATIN_FRACTION, NON_LATIN_MIN_FRACTION, NON_LATIN_MIN_LETTERS,
                             Tally, alpha_count, carries, detect_script, dominant,
                             has_non_latin_word, profile, script_profile)
@@ -57,10 +58,6 @@ Result = Dict[str, Any]
 # Constants (router.md §5.1)
 # --------------------------------------------------------------------------------------------
 
-#: Share of non-English letters at which Latin text counts as non-English.
-NON_EN_DIACRITIC_RATE = 0.02
-#: Above this share of non-English letters, English function words cannot rescue the text.
-ENGLISH_RESCUE_DIACRITIC_RATE = 0.06
 #: An all-caps text must match a function word of at least this many letters ...
 SHOUTED_MIN_STOPWORD = 4
 #: ... and hold a word of at least this many letters; shorter all-caps runs are acronyms.
@@ -69,41 +66,6 @@ SHOUTED_MIN_WORD = 5
 TEXT_BUDGET = 4000
 #: Values nested deeper than this many containers are ignored.
 MAX_DEPTH = 6
-
-# --------------------------------------------------------------------------------------------
-# Word evidence over the function-word lists of laya_edge.lang_tables
-# --------------------------------------------------------------------------------------------
-
-def _shared_words() -> FrozenSet[str]:
-    seen: Counter = Counter(w for words in STOPWORDS.values() for w in words)
-    return frozenset(w for w, n in seen.items() if n > 1) | NORDIC_OVERLAP
-
-
-_SHARED = _shared_words()
-# word -> the lists that hold it, in list order
-_LISTS_OF: Dict[str, Tuple[str, ...]] = {
-    word: tuple(code for code, words in STOPWORDS.items() if word in words)
-    for word in frozenset().union(*STOPWORDS.values())}
-_EN_ONLY = STOPWORDS["en"] - _SHARED
-
-_NON_EN_LETTER_RE = re.compile("[" + "".join(sorted(NON_EN_LETTERS)) + "]")
-
-# --------------------------------------------------------------------------------------------
-# Patterns. Each is linear-time: no nested or adjacent overlapping repetition.
-# --------------------------------------------------------------------------------------------
-
-# A word: a run of word characters that are neither digits nor underscores.
-_WORD = re.compile(r"[^\W\d_]+")
-# An identifier (URL host, e-mail, version, dotted abbreviation, decimal). The look-behind pins
-# every match to the start of a [\w-] run; since "." and "@" are not in [\w-], a failed attempt
-# costs one pass over that run and no other start inside it is tried.
-_IDENTIFIER = re.compile(r"(?<![\w-])[\w-]*(?:[.@][\w-]+)+")
-# Two or more letters in a row; an all-caps one is an acronym or emphasis.
-_LETTER_RUN = re.compile(r"[^\W\d_]{2,}")
-# Program text: assignments, statement ends, braces, brackets, or a call ``name(``.
-_CODE_LINE = re.compile(r"[=;{}\[\]]|\w\(")
-# Letter-or-digit, joiner, letter-or-digit: a dotted/underscored name, a path or a compound.
-_JOINED = re.compile(r"[^\W_][._/\\][^\W_]")
 
 # --------------------------------------------------------------------------------------------
 # Text extraction (router.md §5.2)
@@ -160,112 +122,6 @@ def state_text(state: State, max_chars: int = TEXT_BUDGET) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Latin-script language (router.md §5.4)
-# --------------------------------------------------------------------------------------------
-
-def _prose_words(text: str) -> List[str]:
-    """Lower-case words of ``text`` with identifiers removed."""
-    return _WORD.findall(_IDENTIFIER.sub(" ", text).replace("İ", "i").lower())
-
-
-def _non_english_rate(text: str) -> float:
-    """Share of the (lower-cased) characters of ``text`` that English does not use."""
-    lowered = text.lower()
-    if lowered.isascii():
-        return 0.0
-    return len(_NON_EN_LETTER_RE.findall(lowered)) / max(1, len(lowered))
-
-
-def _scores(words: List[str]) -> Tuple[Dict[str, int], FrozenSet[str]]:
-    """Function-word score per language (a collision word counts once however often it
-    repeats), and the languages that matched a word no other list holds."""
-    scores = dict.fromkeys(STOPWORDS, 0)
-    evidenced = set()
-    for word, n in Counter(words).items():
-        codes = _LISTS_OF.get(word)
-        if codes is None:
-            continue
-        weight = 1 if word in COLLISIONS else n
-        for code in codes:
-            scores[code] += weight
-        if word not in _SHARED:
-            evidenced.update(codes)
-    return scores, frozenset(evidenced)
-
-
-def _best_evidenced(scores: Dict[str, int], evidenced: FrozenSet[str]) -> Tuple[Optional[str], int]:
-    """Highest-scoring evidenced non-English language (list order breaks ties), or (None, 0)."""
-    best, best_score = None, 0
-    for code in STOPWORDS:
-        if code != "en" and code in evidenced and (best is None or scores[code] > best_score):
-            best, best_score = code, scores[code]
-    return best, best_score
-
-
-def _english_rescue(distinct: set, rate: float) -> bool:
-    """English wins despite marked letters: a low rate, two English-only words, and at most one
-    word carrying a non-English letter (a loanword or a name)."""
-    if rate >= ENGLISH_RESCUE_DIACRITIC_RATE or len(distinct & _EN_ONLY) < 2:
-        return False
-    marked = sum(1 for w in distinct if not NON_EN_LETTERS.isdisjoint(w))
-    return marked <= 1
-
-
-def _decide(words: List[str], distinct: set, rate: float,
-            marked: bool) -> Tuple[Optional[str], int]:
-    """Language code (or None) and English score for four or more words."""
-    scores, evidenced = _scores(words)
-    en = scores["en"]
-    best, score = _best_evidenced(scores, evidenced)
-    if best and score >= max(2, en + 2):
-        return best, en
-    if (best == "sv" and "inte" in distinct and "kan" in distinct
-            and words[0] in SWEDISH_OPENERS and en <= 1):
-        return best, en
-    if best and marked and score >= max(2, en):
-        return best, en
-    if en and (not marked or _english_rescue(distinct, rate)):
-        return "en", en
-    return None, en
-
-
-def _latin_evidence(text: str, diagnostic: Optional[dict] = None) -> Result:
-    """``latin_profile``, optionally recording the reason in ``diagnostic``."""
-    words = _prose_words(text)
-    rate = _non_english_rate(text)
-    marked = rate >= NON_EN_DIACRITIC_RATE
-    distinct = set(words)
-    nordic = not distinct.isdisjoint(NORDIC_OVERLAP) and distinct.isdisjoint(_EN_ONLY)
-    if 1 < len(words) < 4 and not distinct.isdisjoint(SHORT_SWEDISH):
-        reason, language, en, looks = "short_swedish", "sv", 0, marked
-    elif len(words) < 4:
-        reason, language, en, looks = "insufficient_words", None, 0, marked or nordic
-    else:
-        language, en = _decide(words, distinct, rate, marked)
-        reason = "language_evidence" if language else "no_language_evidence"
-        looks = marked or (language is None and nordic)
-    if diagnostic is not None:
-        diagnostic["reason"] = reason
-    return {"language": language, "english_hits": en, "diacritic_rate": rate,
-            "looks_non_english": looks}
-
-
-def latin_profile(text: str) -> Result:
-    """Evidence for the language of Latin-script ``text``.
-
-    ``language`` (a code, or None when undecided), ``english_hits`` (English function-word
-    score), ``diacritic_rate`` (share of non-English letters) and ``looks_non_english`` (marked
-    letters, or Nordic words without English ones: not English even when undecided).
-    """
-    return _latin_evidence(text)
-
-
-def guess_latin_language(text: str) -> Optional[str]:
-    """Best-effort language code of Latin-script ``text``, or None."""
-    return _latin_evidence(text)["language"]
-
-
-# --------------------------------------------------------------------------------------------
 # Capitals: shouting and acronyms (router.md §5.5)
 # --------------------------------------------------------------------------------------------
 
@@ -286,12 +142,12 @@ def _shouted_evidence(tokens: List[str], language: str, rate: float) -> bool:
 
 def _blank_caps(text: str) -> str:
     """``text`` with every all-caps letter run replaced by a space."""
-    return _LETTER_RUN.sub(lambda m: " " if m.group().isupper() else m.group(), text)
+    return LETTER_RUN.sub(lambda m: " " if m.group().isupper() else m.group(), text)
 
 
 def _only_acronyms(text: str) -> bool:
     """Mixed-case text whose all-caps runs exist and are all acronym-short."""
-    caps = [run for run in _LETTER_RUN.findall(text) if run.isupper()]
+    caps = [run for run in LETTER_RUN.findall(text) if run.isupper()]
     return bool(caps) and all(len(run) < SHOUTED_MIN_WORD for run in caps)
 
 
@@ -316,7 +172,7 @@ def _verdict(text: str, diagnostic: Optional[dict] = None) -> Result:
         return {"script": script, "script_profile": shares, "language": None,
                 "is_english": unknown, "language_undecided": True, "diacritic_rate": 0.0,
                 "non_latin_fraction": 0.0 if unknown else fraction, "mixed_segment": None}
-    evidence = _latin_evidence(text, diagnostic)
+    evidence = latin_evidence(text, diagnostic)
     language = evidence["language"]
     if language not in (None, "en") and not carried:
         language = _recheck_caps(text, language, evidence["diacritic_rate"], diagnostic)
@@ -334,7 +190,7 @@ def _recheck_caps(text: str, language: str, rate: float,
                   diagnostic: Optional[dict]) -> Optional[str]:
     """Drop a foreign verdict that rests on shouting or acronyms (§5.5 step 4)."""
     if _shouted(text):
-        if _shouted_evidence(_WORD.findall(text), language, rate):
+        if _shouted_evidence(WORD.findall(text), language, rate):
             return language
         if diagnostic is not None:
             diagnostic["reason"] = "caps_veto"
@@ -346,7 +202,7 @@ def _recheck_caps(text: str, language: str, rate: float,
         return language
     if diagnostic is not None:
         diagnostic["reason"] = "caps_filtered"
-    return _latin_evidence(blanked)["language"]
+    return latin_evidence(blanked)["language"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,16 +211,16 @@ def _recheck_caps(text: str, language: str, rate: float,
 
 def _named_prose_language(line: str) -> Optional[str]:
     """Non-English language one prose line is clearly written in, or None."""
-    if not line.strip() or _CODE_LINE.search(line):
+    if not line.strip() or CODE_LINE.search(line):
         return None
-    prose = " ".join(tok for tok in line.split() if not _JOINED.search(tok))
+    prose = " ".join(tok for tok in line.split() if not JOINED.search(tok))
     shouted = _shouted(prose)
     if not shouted:
         prose = _blank_caps(prose)
-    tokens = _WORD.findall(prose)
+    tokens = WORD.findall(prose)
     if len(tokens) < 4:
         return None
-    evidence = _latin_evidence(prose)
+    evidence = latin_evidence(prose)
     language = evidence["language"]
     if language in (None, "en"):
         return None
@@ -414,7 +270,7 @@ def _line_reason(sample: str, det: Result) -> Optional[str]:
         if has_non_latin_word(sample) and alpha_count(sample) >= NON_LATIN_MIN_LETTERS:
             return "non_latin_value"
         return None
-    if det["diacritic_rate"] >= NON_EN_DIACRITIC_RATE and len(_WORD.findall(sample)) >= 4:
+    if det["diacritic_rate"] >= NON_EN_DIACRITIC_RATE and len(WORD.findall(sample)) >= 4:
         return "diacritic_value"
     return None
 
@@ -428,7 +284,7 @@ def _value_candidate(leaf: str) -> Optional[Tuple[Result, int, str]]:
         if len(line) < 7:  # too short for four words or ten letters
             continue
         sample = line[:TEXT_BUDGET]
-        if not sample.strip() or _CODE_LINE.search(sample):
+        if not sample.strip() or CODE_LINE.search(sample):
             continue
         det = _verdict(sample)
         if det["is_english"]:

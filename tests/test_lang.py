@@ -26,7 +26,7 @@ import pytest
 
 import laya.lang as upstream
 
-from laya_edge import lang, lang_tables, script_detect
+from laya_edge import lang, lang_tables, latin_language, script_detect
 
 # ============================================================================================
 # Corpus material
@@ -796,16 +796,16 @@ def test_url_path_segments_are_still_words():
 
 
 def test_identifier_stripping_keeps_sentence_final_words():
-    words = lang._prose_words("O pedido chegou. Ele não veio. Veja www.acme.com.br e user@x.pt.")
+    words = latin_language._prose_words("O pedido chegou. Ele não veio. Veja www.acme.com.br e user@x.pt.")
     assert words == ["o", "pedido", "chegou", "ele", "não", "veio", "veja", "e"]
-    assert lang._prose_words("a-b.c d") == ["d"]
+    assert latin_language._prose_words("a-b.c d") == ["d"]
     assert both("guess_latin_language", "o e com da") == "pt"
     assert both("guess_latin_language", "o.e com.da do.os x.y") is None
 
 
 def test_dotless_and_dotted_capital_i():
     # 'İ'.lower() would be 'i' + combining dot; it is read as a plain 'i'
-    assert lang._prose_words("İLE BİR") == ["ile", "bir"]
+    assert latin_language._prose_words("İLE BİR") == ["ile", "bir"]
     prof = both("latin_profile", "BU İŞ İÇİN DAHA ÇOX VAXT LAZIMDIR")
     assert prof["language"] == "az"
 
@@ -1133,7 +1133,7 @@ def test_a_200k_character_line_is_cheap(make):
 
 def test_lang_imports_only_the_standard_library():
     imported = set()
-    for module in (lang, lang_tables, script_detect):
+    for module in (lang, lang_tables, latin_language, script_detect):
         source = pathlib.Path(module.__file__).read_text(encoding="utf-8")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.Import):

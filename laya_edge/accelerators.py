@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from .bundle import GRAPH_INPUTS
+from .bundle_format import GRAPH_INPUTS
 
 # Padded tokens per session run on a CPU: runs of about a thousand tokens keep the attention
 # scores in cache and answer faster than one big run (scripts/bench.py).

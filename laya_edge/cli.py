@@ -165,7 +165,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .inspect_bundle import describe_bundle, summary_lines
+    from .bundle_report import describe_bundle, summary_lines
 
     directory = Path(args.bundle)
     if not directory.is_dir():
@@ -228,7 +228,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ImportError(f"the HTTP service needs its extra: pip install 'laya-edge[serve]' "
                           f"({exc})") from None
-    from .serve import API_KEY_ENV, Limits, run
+    from .serving.http import API_KEY_ENV, Limits, run
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
                     max_concurrent=args.max_concurrent)

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
-from .bundle import GRAPH_OUTPUTS
+from .bundle_format import GRAPH_OUTPUTS
 
 
 def run(session: Any, inputs: Dict[str, np.ndarray],

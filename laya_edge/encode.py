@@ -19,7 +19,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from .bundle import MIN_MARKERS
+from .bundle_format import MIN_MARKERS
 from .questions import OPTION_TOKENS, Question, check_unicode, dumps_nested, render_options
 from .tokenizer import SpecialToken, load_tokenizer, read_json, special_tokens
 

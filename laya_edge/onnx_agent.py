@@ -15,20 +15,20 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .bundle import CONFIG, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir, check_config
+from .bundle_format import CONFIG, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir, check_config
 from .confidence import apply_gate, check_min_confidence
 from .device_run import run
 from .decode import Temperatures, act_probabilities, decode_state, empty_payload
 from .encode import Encoder, Row, collate, encode_rows, length_groups, state_room
 from .hooks import HookArg, HookRegistry, PredictContext, PredictHookArg
 from .lifecycle import run_predict
-from .long import (StartProbe, aggregate_windows, check_scan_budget, default_window,
+from .window_scan import (StartProbe, aggregate_windows, check_scan_budget, default_window,
                    window_batch_cap, window_budget, window_starts)
 from .questions import normalise, parse_questions
 from .session import Plan, create_session, dual_install, plan, session_device
 from .session_cache import Setting as CacheSetting
 from .session_cache import cache_root
-from .source import resolve, verify
+from .bundle_source import resolve, verify
 
 DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
@@ -92,7 +92,7 @@ class ONNXAgent(HookRegistry):
                       ) -> Tuple[Any, Plan]:
         """What runs the graph and the plan it runs: an onnxruntime session here (a provider
         that fails hands over to the plan's fallback, whose graph `check` verifies first); a
-        subclass may run it elsewhere (`laya_edge.triton.TritonAgent`) behind the same
+        subclass may run it elsewhere (`laya_edge.serving.triton.TritonAgent`) behind the same
         `run`/`get_providers` surface."""
         return create_session(self.plan, intra_op_threads, session_cache_root, digest, check)
 

@@ -15,7 +15,7 @@ import inspect
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
-from .bundle import builtin_bundle_dir
+from .bundle_format import builtin_bundle_dir
 from .hooks import PredictContext
 from .model_names import split_source
 

@@ -97,7 +97,8 @@ class Router(Registry, Residency, Routing, HookRegistry):
             self.preload()
 
     def __repr__(self) -> str:
-        return f"Router(loaded={self.loaded}, max_loaded={self.max_loaded}, default={self.default!r})"
+        return (f"Router(loaded={self.loaded}, max_loaded={self.max_loaded}, "
+                f"default={self.default!r})")
 
     def __enter__(self) -> "Router":
         return self

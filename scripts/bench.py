@@ -62,7 +62,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from laya_edge.bundle import MANIFEST
+from laya_edge.bundle_format import MANIFEST
 from laya_edge.export.verify import THRESHOLDS, TIE_MARGIN
 
 REPO = Path(__file__).resolve().parents[1]

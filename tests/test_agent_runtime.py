@@ -449,9 +449,9 @@ def test_the_integrity_check_hashes_every_byte_it_loads(bundles, monkeypatch, ca
     """Loading hashes config, tokenizer files, the graph and its weights' sidecar, every byte of
     each exactly once (whole, or block by block), and nothing else; the cost is printed. Digest
     records are off: with them a second load hashes nothing (tests/test_digest_cache.py)."""
-    from laya_edge import bundle as fmt
+    from laya_edge import bundle_format as fmt
     from laya_edge import digest_cache
-    from laya_edge import source as src
+    from laya_edge import bundle_source as src
 
     monkeypatch.setenv(digest_cache.ENVIRONMENT, "off")
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from laya_edge import bundle as fmt
+from laya_edge import bundle_format as fmt
 
 BLOCK = 16 << 10
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from laya_edge import bundle as fmt
+from laya_edge import bundle_format as fmt
 from laya_edge import digest_cache
-from laya_edge.source import verify_expected
+from laya_edge.bundle_source import verify_expected
 
 BLOCK = 16 << 10
 
@@ -169,7 +169,7 @@ def test_an_unwritable_cache_only_costs_a_hash(cache, hashes, bundle_dir, monkey
 def test_pins_are_always_hashed(cache, hashes, bundle_dir, monkeypatch):
     """A caller's expected_sha256 is a reviewed digest: it is checked against the bytes on disk
     every time, never against a record."""
-    import laya_edge.source as source
+    import laya_edge.bundle_source as source
 
     monkeypatch.setattr(source, "sha256_file", fmt.sha256_file)
     manifest = manifest_of(bundle_dir)

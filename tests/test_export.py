@@ -24,7 +24,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"          # nothing here may reach the network
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import laya_edge  # noqa: E402
-from laya_edge import bundle as fmt  # noqa: E402
+from laya_edge import bundle_format as fmt  # noqa: E402
 from laya_edge.export import ExportOptions, Progress, VerificationError, export_bundle  # noqa: E402
 from laya_edge.export import __main__ as cli  # noqa: E402
 from laya_edge.export import checkpoint as ckpt  # noqa: E402
@@ -1030,7 +1030,7 @@ def test_recipe_defaults_out_to_the_directory_the_router_reads(tmp_path, monkeyp
     parser = cli.build_parser()
     options = cli.options_from_args(parser.parse_args(["--recipe", str(path)]), parser)
     assert options.out == tmp_path / "models" / "typed-decisions"
-    from laya_edge.bundle import default_bundle_dir
+    from laya_edge.bundle_format import default_bundle_dir
     assert default_bundle_dir("typed-decisions") == options.out
 
 

@@ -85,3 +85,27 @@ def test_every_module_says_its_job_first():
     for name, path in MODULES.items():
         docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
         assert docstring and docstring.splitlines()[0].strip(), f"{name} has no docstring"
+
+
+def test_no_module_outgrows_one_job():
+    sizes = {name: len(path.read_text(encoding="utf-8").splitlines())
+             for name, path in MODULES.items()}
+    assert {name: size for name, size in sizes.items() if size > MAX_LINES} == {}
+
+
+def test_moved_public_modules_still_import_with_a_deprecation_warning():
+    import importlib
+    import sys
+    import warnings
+
+    from laya_edge.serving import http, triton
+
+    for old, new, names in (("laya_edge.serve", http, ("create_app", "Limits", "run")),
+                            ("laya_edge.triton", triton, ("TritonAgent",))):
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert any(issubclass(w.category, DeprecationWarning) and new.__name__ in str(w.message)
+                   for w in caught)
+        assert all(getattr(module, name) is getattr(new, name) for name in names)

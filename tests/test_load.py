@@ -5,7 +5,7 @@ import warnings
 import pytest
 
 import laya_edge
-from laya_edge.bundle import sha256_file
+from laya_edge.bundle_format import sha256_file
 
 
 @pytest.fixture

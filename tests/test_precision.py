@@ -16,7 +16,7 @@ import pytest
 import laya_edge
 from laya_edge import session as S
 from laya_edge.device_run import run
-from laya_edge.bundle import read_manifest
+from laya_edge.bundle_format import read_manifest
 from laya_edge.export import ExportOptions, Progress, VerificationError, export_bundle
 from laya_edge.export import __main__ as cli
 from laya_edge.export.precision import decision_head_nodes, parse_precisions, parse_ship

@@ -18,7 +18,7 @@ import pytest
 import laya_edge
 from laya_edge import cli
 from laya_edge.confidence import jev_confidence
-from laya_edge.serve import API_KEY_ENV, Limits, create_app
+from laya_edge.serving.http import API_KEY_ENV, Limits, create_app
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

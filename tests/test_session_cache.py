@@ -11,7 +11,7 @@ import pytest
 
 import laya_edge
 from laya_edge import session_cache
-from laya_edge.source import Source
+from laya_edge.bundle_source import Source
 
 BUNDLE = Path(__file__).resolve().parents[1] / "models" / "tiny-english"
 QUESTIONS = {

@@ -97,7 +97,7 @@ def test_tensorrt_model_carries_the_agents_tensorrt_profiles(repo):
 
 
 def test_a_bundle_without_fp32_is_refused(repo, tmp_path):
-    from laya_edge.export.triton import write_triton_repo
+    from laya_edge.export.triton_repository import write_triton_repo
 
     bundle, _ = repo
     manifest = json.loads((bundle / "laya_edge.json").read_text())
@@ -150,7 +150,7 @@ class LoopbackTriton:
 
 
 def test_triton_agent_answers_as_the_onnx_agent(repo):
-    from laya_edge.triton import TritonAgent
+    from laya_edge.serving.triton import TritonAgent
 
     bundle, root = repo
     server = LoopbackTriton(root, "laya")
@@ -163,7 +163,7 @@ def test_triton_agent_answers_as_the_onnx_agent(repo):
 
 
 def test_oversized_batches_are_sliced_to_max_batch_size(repo):
-    from laya_edge.triton import TritonAgent
+    from laya_edge.serving.triton import TritonAgent
 
     bundle, root = repo
     server = LoopbackTriton(root, "laya")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import laya_edge
-from laya_edge.bundle import sha256_file
+from laya_edge.bundle_format import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

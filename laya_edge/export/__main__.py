@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser):
-    from ..bundle import default_bundle_dir
+    from ..bundle_format import default_bundle_dir
     from .graph import DEFAULT_OPSET
     from .pipeline import ExportOptions, read_recipe
     from .precision import parse_precisions, parse_ship
@@ -143,7 +143,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         options = options_from_args(args, parser)
         summary = export_bundle(options, Progress(quiet=args.quiet))
         if args.triton_repo is not None:
-            from .triton import write_triton_repo
+            from .triton_repository import write_triton_repo
 
             models = write_triton_repo(Path(summary["out"]), args.triton_repo)
             summary["triton_repo"] = {name: str(path) for name, path in models.items()}

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..bundle import CONFIG, TOKENIZER_DIR, check_config
-from ..source import locate as source_locate
+from ..bundle_format import CONFIG, TOKENIZER_DIR, check_config
+from ..bundle_source import locate as source_locate
 
 WEIGHTS = "model.safetensors"
 ENCODER_DIR = "encoder"

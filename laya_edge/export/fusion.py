@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Set
 
-from ..bundle import sidecar
+from ..bundle_format import sidecar
 from .graph import strip_node_metadata
 
 

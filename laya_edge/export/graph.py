@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, MIN_MARKERS, sidecar
+from ..bundle_format import GRAPH_INPUTS, GRAPH_OUTPUTS, MIN_MARKERS, sidecar
 
 DEFAULT_OPSET = 18
 # Protobuf cannot hold more than 2 GB: weights of this size can only be stored as external data.

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import __version__
-from ..bundle import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER_DIR,
+from ..bundle_format import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER_DIR,
                       TOKENIZER_FILES, digests, files_under, sidecar, write_manifest)
 from ..tokenizer import load_tokenizer, special_tokens
 from . import checkpoint as ckpt

@@ -11,7 +11,7 @@ from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any, Iterator, List, Set, Tuple
 
-from ..bundle import sidecar
+from ..bundle_format import sidecar
 
 VARIANT_FILES = {"fp16": "laya.fp16.onnx", "int8": "laya.int8.onnx"}
 PRECISIONS = ("fp32", "fp16", "int8")

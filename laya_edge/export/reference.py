@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from ..bundle import MIN_MARKERS
+from ..bundle_format import MIN_MARKERS
 
 QTYPE_IDS = {"choice": 0, "score": 1, "noul": 2}
 

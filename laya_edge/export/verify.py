@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+from ..bundle_format import GRAPH_INPUTS, GRAPH_OUTPUTS
 from ..session import CPU, disabled_optimizers_for
 from .probes import ProbeCase
 

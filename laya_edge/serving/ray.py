@@ -1,7 +1,8 @@
 """laya_edge's HTTP service on Ray Serve: replicas, and Ray Serve's request batching.
 
-Each replica holds one Router and serves the same app as `laya-edge serve` (`laya_edge.serve`:
-`POST /v1/systemone`, `/v1/systemone/batch`, `/health`, the same limits, errors and auth).
+Each replica holds one Router and serves the same app as `laya-edge serve`
+(`laya_edge.serving.http`: `POST /v1/systemone`, `/v1/systemone/batch`, `/health`, the same
+limits, errors and auth).
 Single requests are not answered one by one: Ray Serve's `@serve.batch` gathers the requests
 that arrive together at a replica into one `Router.predict_batch` call, so the Router still
 groups them by checkpoint and question set, and its hooks still run once per request.
@@ -18,7 +19,7 @@ import asyncio
 import json
 from typing import Any, Dict, List, Optional
 
-from ..serve import Limits, create_app
+from .http import Limits, create_app
 
 NAME = "laya_edge"
 

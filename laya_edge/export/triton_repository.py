@@ -8,8 +8,8 @@ Two models over the same fp32 graph, both on Triton's ONNX Runtime backend:
   `ONNXAgent(device="tensorrt")` gives onnxruntime).
 
 Both batch dynamically along the graph's batch axis. Tokenisation, collation and decoding stay
-on the client: `laya_edge.triton.TritonAgent` wraps a Triton call in the bundle's own encode and
-decode, so a Triton deployment answers exactly as `ONNXAgent` does.
+on the client: `laya_edge.serving.triton.TritonAgent` wraps a Triton call in the bundle's own
+encode and decode, so a Triton deployment answers exactly as `ONNXAgent` does.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, inside, read_manifest
+from ..bundle_format import GRAPH_INPUTS, GRAPH_OUTPUTS, inside, read_manifest
 from ..accelerators import tensorrt_profile
 
 # Graph input/output -> (Triton data type, dims after the batch axis, reshape for the model).

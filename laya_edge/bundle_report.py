@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .bundle import CONFIG, MANIFEST
-from .source import resolve
+from .bundle_format import CONFIG, MANIFEST
+from .bundle_source import resolve
 
 VERIFICATION_KEYS = ("passed", "skipped", "argmax_agreement", "max_abs_p", "p99_abs_p", "rows")
 

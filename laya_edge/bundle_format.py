@@ -229,7 +229,8 @@ def default_bundle_dir(name: str) -> Path:
 
 
 def builtin_bundle_dir(name: str) -> Path:
-    """The bundle directory of a published checkpoint, or FileNotFoundError saying how to make it."""
+    """The bundle directory of a published checkpoint, or FileNotFoundError saying how to make
+    it."""
     path = default_bundle_dir(name)
     if not path.is_dir():
         raise FileNotFoundError(

@@ -55,7 +55,7 @@ State = Union[str, bytes, bytearray, Mapping, list, tuple, None]
 Result = Dict[str, Any]
 
 # --------------------------------------------------------------------------------------------
-# Constants (router.md §5.1)
+# Constants
 # --------------------------------------------------------------------------------------------
 
 #: An all-caps text must match a function word of at least this many letters ...
@@ -68,7 +68,7 @@ TEXT_BUDGET = 4000
 MAX_DEPTH = 6
 
 # --------------------------------------------------------------------------------------------
-# Text extraction (router.md §5.2)
+# Text extraction (docs/design/routing.md#text)
 # --------------------------------------------------------------------------------------------
 
 KeyPath = Optional[Tuple[Union[str, int], ...]]
@@ -122,7 +122,7 @@ def state_text(state: State, max_chars: int = TEXT_BUDGET) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Capitals: shouting and acronyms (router.md §5.5)
+# Capitals: shouting and acronyms (docs/design/routing.md#latin-text)
 # --------------------------------------------------------------------------------------------
 
 def _shouted(text: str) -> bool:
@@ -152,7 +152,7 @@ def _only_acronyms(text: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Whole-text verdict (router.md §5.5)
+# Whole-text verdict
 # --------------------------------------------------------------------------------------------
 
 def _verdict(text: str, diagnostic: Optional[dict] = None) -> Result:
@@ -188,7 +188,7 @@ def _verdict(text: str, diagnostic: Optional[dict] = None) -> Result:
 
 def _recheck_caps(text: str, language: str, rate: float,
                   diagnostic: Optional[dict]) -> Optional[str]:
-    """Drop a foreign verdict that rests on shouting or acronyms (§5.5 step 4)."""
+    """Drop a foreign verdict that rests on shouting or acronyms."""
     if _shouted(text):
         if _shouted_evidence(WORD.findall(text), language, rate):
             return language
@@ -206,7 +206,7 @@ def _recheck_caps(text: str, language: str, rate: float,
 
 
 # --------------------------------------------------------------------------------------------
-# Foreign lines inside English states (router.md §5.6, §5.7)
+# Foreign lines inside English states (docs/design/routing.md#states-with-several-parts)
 # --------------------------------------------------------------------------------------------
 
 def _named_prose_language(line: str) -> Optional[str]:
@@ -315,7 +315,7 @@ def _value_scan(state: Any) -> Optional[Tuple[Result, Dict[str, Any], str]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Public entry points (router.md §5.7)
+# Public entry points
 # --------------------------------------------------------------------------------------------
 
 def analyse(state: State, *, explain: bool = False) -> Result:

@@ -57,7 +57,7 @@ CODE_LINE = re.compile(r"[=;{}\[\]]|\w\(")
 JOINED = re.compile(r"[^\W_][._/\\][^\W_]")
 
 # --------------------------------------------------------------------------------------------
-# Latin-script language (router.md §5.4)
+# Latin-script language (docs/design/routing.md#latin-text)
 # --------------------------------------------------------------------------------------------
 
 def _prose_words(text: str) -> List[str]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write synthetic Laya checkpoints that upstream ``laya.load(path)`` accepts, fully offline.
 
-A Laya checkpoint directory (laya_edge spec ``model.md`` section 1) holds::
+A Laya checkpoint directory (docs/design/bundle-format.md#the-checkpoint) holds::
 
     rl_agent_config.json   decision-model config (encoder id, head_layers, budgets, temperatures)
     model.safetensors      the complete DecisionModel state dict, every float tensor stored F16

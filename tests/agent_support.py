@@ -28,8 +28,9 @@ TOLERANCE = 1e-4 + 1e-9
 OUR_MODEL = "laya-rl-agent-onnx"
 TORCH_MODEL = "laya-rl-agent"
 
-# The same per-language temperatures for every runtime (model.md 1.4): "de" overrides everything
-# (one value out of range, so it is clamped with a warning), "fr" inherits the checkpoint's triple.
+# The same per-language temperatures for every runtime (docs/design/decoding.md#temperatures): "de"
+# overrides everything (one value out of range, so it is clamped with a warning), "fr" inherits the
+# checkpoint's triple.
 LANG_TEMPERATURES = {
     "de-AT": {"temperature": [2.0, 0.7, 1.3],
               "temperature_by_options": {"choice:3-5": 3.0, "noul:2": 0.8, "score:6-10": 9.0}},

@@ -1,4 +1,6 @@
-"""The predict lifecycle on a real ONNXAgent (hooks.md 8.1-8.3, 11, 12, 13; model.md 13.3, 15).
+"""The predict lifecycle on a real ONNXAgent (docs/hooks/lifecycle.md,
+docs/hooks/api.md#event-payloads, docs/hooks/errors.md; docs/design/decoding.md#the-abstention-gate,
+docs/design/calls.md#long-states).
 
 Where the trace is observable, each rule is checked side by side: the same test runs on our
 agent and on upstream laya 0.4.15's ONNXAgent over the same bundle, and both must behave the
@@ -89,7 +91,7 @@ def session(agent, monkeypatch):
 
 
 class Trace:
-    """Records every event with the fields hooks.md 12 says are populated."""
+    """Records every event with the fields docs/hooks/api.md#event-payloads says are populated."""
 
     def __init__(self):
         self.events: List[tuple] = []
@@ -468,7 +470,7 @@ def test_same_trace_for_both_runtimes(built):
     assert trace_of(built["ours"]) == trace_of(built["upstream"])
 
 
-# -- predict_long and hooks (hooks.md 8.3) ---------------------------------------------------------
+# -- predict_long and hooks (docs/hooks/lifecycle.md#onnxagentpredict_long) -------------------
 
 LONG = " ".join(f"sentence {i} about a refund for order {i * 7} that never arrived." for i in
                 range(40))

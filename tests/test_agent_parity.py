@@ -1,4 +1,5 @@
-"""ONNXAgent answers against upstream laya 0.4.15 (issue 4 acceptance; model.md sections 3-15).
+"""ONNXAgent answers against upstream laya 0.4.15 (docs/design/sequence-layout.md, decoding.md and
+calls.md).
 
 For every small test checkpoint, three runtimes answer the same calls:
 
@@ -223,9 +224,10 @@ def test_feature_cases_exercise_what_they_are_named_for(trio, kind):
     assert collapsed[0]["usage"]["options"]["cat"]["distinct"] < 40
     head_max_len = cases["forty-options-collapse"][2].get("head_max_len", ours.head_max_len)
     assert collapsed[0]["usage"]["options"]["cat"]["tokens_per_option"] == max(
-        4, (head_max_len - 16) // 40)                          # model.md 7 step 4
+        4, (head_max_len - 16) // 40)                          # sequence-layout.md#one-row, step 3
     assert "options" not in run("option-order")[0]["usage"]
-    # long options are cut to their first 48 tokens, plus the marker (model.md 7 step 2)
+    # long options are cut to their first 48 tokens, plus the marker
+    # (docs/design/sequence-layout.md#one-row)
     from laya_edge.questions import normalise
     long_question = normalise(cases["long-options-cut-to-48-tokens"][1]["long"])
     head = ours.encoder.head(long_question, ours.head_max_len)
@@ -237,8 +239,8 @@ def test_feature_cases_exercise_what_they_are_named_for(trio, kind):
         assert cut[0]["usage"]["truncated"] and cut[1]["usage"]["truncated"]
         assert cut[0]["usage"]["truncated_questions"] == list(cases[name][1])
     assert not run("truncation-right-and-left")[2]["usage"]["truncated"]
-    # a conversation keeps its newest turns (model.md 7 step 10): dropping its oldest turn does
-    # not change the answer, rewriting its newest turn does
+    # a conversation keeps its newest turns (docs/design/sequence-layout.md#one-row): dropping its
+    # oldest turn does not change the answer, rewriting its newest turn does
     states, questions, kwargs = cases["truncation-at-the-config-budget"]
     chat = states[1]
     full = cut_answers(ours, chat, questions, kwargs)
@@ -345,7 +347,8 @@ def without(definition, key):
 
 
 # (id, states, questions, expected type, expected message). The expected messages are the
-# spec's (model.md 14.1, 14.2, 7.13); each is also compared with upstream's torch agent.
+# documented ones (docs/design/calls.md#predict_batch); each is also compared with upstream's torch
+# agent.
 INVALID = [
     # 14.1 -- TypeErrors
     ("bare-string", "a state", {"q": VALID}, TypeError,
@@ -519,7 +522,8 @@ INVALID = [
 
 
 def _marker_overflow_case():
-    """model.md 7.13: forty options cannot all place a marker inside max_len=96."""
+    """docs/design/sequence-layout.md#when-the-options-do-not-fit: forty options cannot all place a
+    marker inside max_len=96."""
     criteria = [f"option number {k}" for k in range(40)]
     return ["a state"], {"many": q(criteria=criteria)}, {"max_len": 96}
 
@@ -578,7 +582,8 @@ def test_single_state_entry_points_reject_like_upstream(trio):
 
 
 def test_validation_skipped_without_states_like_upstream(trio):
-    """No states: nothing is validated or tokenised (model.md 14.1 step 4), as upstream."""
+    """No states: nothing is validated or tokenised (docs/design/calls.md#predict_batch), as
+    upstream."""
     ours, upstream, torch = trio
     bad = {"q": without(VALID, "type")}
     assert ours.predict_batch([], bad) == upstream.predict_batch([], bad) == torch.predict_batch(
@@ -604,7 +609,8 @@ SHORTLIST_POINTERS = (
 
 
 def without_shortlist_pointer(message: str) -> str:
-    """Upstream's text with its pointer to laya.shortlist removed (model.md 17.10)."""
+    """Upstream's text with its pointer to laya.shortlist removed
+    (docs/design/upstream-differences.md#wording)."""
     for old, new in SHORTLIST_POINTERS:
         message = message.replace(old, new)
     return message
@@ -715,7 +721,8 @@ def test_predict_long_matches_upstream(trio, name):
 
 
 def test_predict_long_window_texts_are_the_spec_texts(trio):
-    """The laya_edge wording of model.md 15.1 (upstream's minus its laya.shortlist pointer)."""
+    """The laya_edge wording of the window sizing checks (upstream's minus its laya.shortlist
+    pointer)."""
     ours = trio[0]
     cases = long_cases(ours)
     default = max(64, ours.max_len - ours.head_max_len - 8)
@@ -775,7 +782,7 @@ def test_predict_long_single_window_is_system_one_plus_windows(trio):
 
 def test_predict_long_windows_cover_the_document(trio):
     """Window spans start at 0, step by the stride, end at the token count, and the deciding
-    window of each answer is one of them (model.md 15.4)."""
+    window of each answer is one of them (docs/design/calls.md#aggregation)."""
     ours = trio[0]
     state = long_cases(ours)["explicit-window-and-stride"][0]
     questions = {"urgent": LONG_QUESTIONS["urgent"]}

@@ -1,9 +1,10 @@
 """ONNXAgent construction, drop-in compatibility, bundle integrity, a torch-free process and
-thread safety (issue 4; model.md 1-2).
+thread safety (docs/design/bundle-format.md).
 
 Load-time errors and warnings are compared with upstream laya 0.4.15's ONNXAgent where upstream
-has the same rule; where laya_edge deliberately differs (model.md 17.10: the missing-graph text
-names `python -m laya_edge.export`; 1.1: the temperature check) the spec's text is asserted.
+has the same rule; where laya_edge deliberately differs (docs/design/upstream-differences.md: the
+missing-graph text names `python -m laya_edge.export`; the temperature check) our text is
+asserted.
 """
 from __future__ import annotations
 
@@ -169,7 +170,7 @@ def test_missing_graph(checkpoint, bundle_copy, tmp_path):
     assert ours[:3] == (
         "error", FileNotFoundError,
         "ONNX model not found at 'laya.onnx'. Please run python -m laya_edge.export first.")
-    # upstream names its own export script here (model.md 17.10)
+    # upstream names its own export script here (docs/design/upstream-differences.md#wording)
     assert theirs[:3] == ("error", FileNotFoundError,
                           "ONNX model not found at 'laya.onnx'. Please run export_onnx.py first.")
     missing = str(tmp_path / "nowhere.onnx")
@@ -229,7 +230,8 @@ def test_option_layout_parallel_is_refused(checkpoint, bundle, tmp_path):
 
 @pytest.mark.parametrize("temperature", [[1.0, 2.0], "1.0", 1.5, [1, 2, 3, 4]])
 def test_temperature_must_be_a_three_list(checkpoint, bundle, tmp_path, temperature):
-    """A laya_edge decision (model.md 1.1): upstream's ONNX runtime skips this check; its torch
+    """A laya_edge decision (docs/design/upstream-differences.md): upstream's ONNX runtime skips
+    this check; its torch
     Agent refuses the same config with the same text."""
     directory = checkpoint_copy(checkpoint, tmp_path / "ckpt",
                                 lambda config: config.update(temperature=temperature))
@@ -245,7 +247,8 @@ def test_temperature_must_be_a_three_list(checkpoint, bundle, tmp_path, temperat
 
 
 def test_clamp_warning_equals_upstream(bundle):
-    """model.md 1.3, on the test checkpoint that ships choice:11+ = 0.1."""
+    """docs/design/bundle-format.md#temperatures-at-load, on the test checkpoint that ships
+    choice:11+ = 0.1."""
     ours, theirs = load_both(bundle, onnx_path=str(bundle / "laya.onnx"))
     assert ours[-1] == theirs[-1] == [
         (RuntimeWarning, "laya ONNX: this checkpoint ships temperatures outside [0.5, 5] which "

@@ -86,8 +86,9 @@ def test_a_damaged_bundle_fails_its_load_and_leaves_the_router_working(bundles, 
     with pytest.raises(error, match="laya.onnx|SHA-256 mismatch") as raised:
         router.predict(STATES[0], QUESTIONS)
     assert str(english) in str(raised.value) or "laya.onnx" in str(raised.value)
-    # The seeds put route and load before the predict context exists (hooks.md §8.3): a failed
-    # load raises to the caller with no start or end event, and nothing is left resident.
+    # The seeds put route and load before the predict context exists
+    # (docs/hooks/lifecycle.md#routerpredict): a failed load raises to the caller with no start or
+    # end event, and nothing is left resident.
     assert seen.events == []
     assert router.loaded == []
     german = router.predict("Meine Rechnung ist doppelt abgebucht.", QUESTIONS)

@@ -1,9 +1,10 @@
-"""laya_edge.lang: the dependency-free script/language detector (router.md §5).
+"""laya_edge.lang: the dependency-free script/language detector
+(docs/design/routing.md#language-detection).
 
 Two kinds of tests:
 
-* the rules and examples of router.md §5, asserted on laya_edge.lang (and, where upstream agrees,
-  on upstream laya.lang 0.4.15 as well);
+* the rules and examples of docs/design/routing.md#language-detection, asserted on laya_edge.lang
+  (and, where upstream agrees, on upstream laya.lang 0.4.15 as well);
 * side by side with upstream on a generated corpus of several thousand states: every public
   function must return exactly what upstream returns.
 """
@@ -647,7 +648,7 @@ def test_word_lists_have_the_documented_content():
 
 
 # ============================================================================================
-# router.md §5.3: letters and scripts
+# letters and scripts (docs/design/routing.md#scripts)
 # ============================================================================================
 
 def both(fn_name, *args, **kwargs):
@@ -739,7 +740,7 @@ def test_script_ranges_do_not_overlap_and_follow_the_spec_table():
 
 
 # ============================================================================================
-# router.md §5.4: Latin profile
+# Latin profile (docs/design/routing.md#latin-text)
 # ============================================================================================
 
 def test_latin_profile_shape():
@@ -791,7 +792,7 @@ def test_identifiers_are_not_words(text):
 
 
 def test_url_path_segments_are_still_words():
-    # only dot/@-joined tokens are identifiers (§5.4 step 1); `/et/des` keeps two French words
+    # only dot/@-joined tokens are identifiers; `/et/des` keeps two French words
     assert both("guess_latin_language", "mailto:de@en.es http://la.le.les.fr/et/des v20") == "fr"
 
 
@@ -840,7 +841,7 @@ def test_shared_words_alone_name_no_language():
 
 
 # ============================================================================================
-# router.md §5.5: whole-text verdict, shouting and acronyms
+# whole-text verdict, shouting and acronyms (docs/design/routing.md#latin-text)
 # ============================================================================================
 
 def test_acronym_line_is_not_french():
@@ -892,7 +893,7 @@ def test_result_keys_and_unknown_and_non_latin_shapes():
 
 
 # ============================================================================================
-# router.md §5.8: known behaviours
+# known behaviours (docs/design/routing.md#states-with-several-parts)
 # ============================================================================================
 
 @pytest.mark.parametrize("text, code", [
@@ -981,7 +982,7 @@ def test_known_gap_romanian_without_diacritics_reads_as_english():
 
 
 # ============================================================================================
-# router.md §5.2 and §5.7: extraction, depth, bytes, budget
+# extraction, depth, bytes, budget (docs/design/routing.md#text)
 # ============================================================================================
 
 def test_state_text_joins_values_not_keys():
@@ -1043,7 +1044,7 @@ def test_per_value_scan_reads_each_leaf_with_its_own_budget():
 
 
 # ============================================================================================
-# router.md §5.9: diagnostics
+# diagnostics (docs/design/routing.md#states-with-several-parts)
 # ============================================================================================
 
 @pytest.mark.parametrize("state, reason", [

@@ -1,5 +1,6 @@
 """The English-or-not verdict of laya_edge's detector against upstream laya 0.4.15, on a
-multilingual corpus assembled at test time from text on this machine (router.md section 5).
+multilingual corpus assembled at test time from text on this machine
+(docs/design/routing.md#language-detection).
 
 The corpus is built by scripts/detector_agreement.py: translated strings of the compiled gettext
 catalogs under /usr/share/locale (dozens of languages and scripts), and English from the catalogs'

@@ -1,15 +1,16 @@
-"""Router lifecycle (router.md sections 1-3 and 7-10; hooks.md sections 4-9, 12, 13 and 20), as
+"""Router lifecycle (docs/design/routing.md, docs/hooks/lifecycle.md), as
 traces compared with upstream laya 0.4.15's `laya.Router`.
 
 Every scenario runs twice, once on `laya_edge.Router` and once on upstream's `laya.Router`, each
 driving the same kind of agents: fake agents attached with `attach()` (deterministic payloads
 with usage, recording their calls, optionally refusing keywords or raising) and, for model builds,
 a stand-in class monkeypatched over `laya_edge.onnx_agent.ONNXAgent` / `laya.agent.Agent`, so
-nothing is ever downloaded. A recording hook snapshots the context fields of hooks.md section 12
-on every event; the two traces, the agent calls, the builds, the return values, the exceptions
-and the warnings must be identical, except where the seeds deliberately differ from upstream
-(hooks.md section 20 items 1, 2 and 6): there our behaviour is asserted explicitly and upstream's
-difference is shown. A few tests drive real laya_edge ONNXAgents on the exported test bundles.
+nothing is ever downloaded. A recording hook snapshots the context fields of
+docs/hooks/api.md#event-payloads on every event; the two traces, the agent calls, the builds, the
+return values, the exceptions and the warnings must be identical, except where the seeds
+deliberately differ from upstream (docs/hooks/lifecycle.md, "Where laya_edge follows the seeds",
+items 1, 2 and 4): there our behaviour is asserted explicitly and upstream's difference is shown. A
+few tests drive real laya_edge ONNXAgents on the exported test bundles.
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def same(ours: Any, theirs: Any) -> None:
 # -- recording hooks ---------------------------------------------------------------------------
 
 class Recorder:
-    """Snapshots the hooks.md section 12 fields of the context on every event."""
+    """Snapshots the context fields docs/hooks/api.md#event-payloads lists, on every event."""
 
     EVENTS = ("on_route", "on_load", "on_evict", "on_predict_start", "on_predict_end", "on_error")
 
@@ -353,9 +354,10 @@ class Side:
                 self.revision = kwargs.get("revision")
 
         StandIn.__init__.__signature__ = real_signature(self.name)
-        # Evictions and unloads run gc.collect() (router.md 7.2; upstream also empties torch
-        # caches): in a test process holding torch each pass costs up to a second. Stand-in
-        # agents hold nothing worth collecting, so count the passes instead of running them.
+        # Evictions and unloads run gc.collect() (docs/design/routing.md#residency; upstream also
+        # empties torch caches): in a test process holding torch each pass costs up to a second.
+        # Stand-in agents hold nothing worth collecting, so count the passes instead of running
+        # them.
         self.mp.setattr(self.gc_module, "gc", _CountingGc(self))
         if self.name == "edge":
             import laya_edge.onnx_agent as module
@@ -417,8 +419,8 @@ def assert_parity(ours: Outcome, theirs: Outcome, trace: bool = True) -> None:
     same(ours.builds, theirs.builds)
     same(ours.warnings, theirs.warnings)
     if trace:
-        # hooks.md section 20 item 2: on_error never sees elapsed_ms in laya_edge (upstream's
-        # predict_batch sets it before on_error); everything else must be identical
+        # the seeds' item 2 (docs/hooks/lifecycle.md): on_error never sees elapsed_ms in laya_edge
+        # (upstream's predict_batch sets it before on_error); everything else must be identical
         same(without(ours.trace, "on_error", "elapsed"),
              without(theirs.trace, "on_error", "elapsed"))
         assert not any(e["elapsed"] for e in ours.trace if e["event"] == "on_error")
@@ -437,7 +439,7 @@ def two_agents(side: Side, **kwargs: Any) -> Any:
 
 
 # ==============================================================================================
-# route (hooks.md 8.4) and Router.predict (hooks.md 8.5, router.md 8)
+# route and Router.predict (docs/hooks/lifecycle.md#routerroute, #routerpredict)
 # ==============================================================================================
 
 def test_route_decisions_and_on_route_hooks_match_upstream(monkeypatch):
@@ -457,7 +459,8 @@ def test_route_decisions_and_on_route_hooks_match_upstream(monkeypatch):
 
     ours, theirs = both(monkeypatch, scenario)
     assert_parity(ours, theirs)
-    # every call: defaults, then installed, then per-call hooks (hooks.md 6.1, 8.4)
+    # every call: defaults, then installed, then per-call hooks
+    # (docs/hooks/lifecycle.md#ordering-rules)
     assert ours.events()[:3] == [("default", "on_route"), ("installed", "on_route"),
                                  ("percall", "on_route")]
     first = ours.trace[0]
@@ -653,8 +656,9 @@ def test_predict_min_confidence_gate_applies_before_end_hooks(monkeypatch):
 
 @pytest.mark.parametrize("failure", ["on_route", "build", "on_load", "on_evict"])
 def test_route_and_load_failures_in_predict_fire_no_predict_event(monkeypatch, failure):
-    """hooks.md section 20 item 1: the seeds win -- route and load happen before the predict
-    context exists, so their failures propagate with no start, error or end event. Upstream
+    """The seeds' item 1 (docs/hooks/lifecycle.md): the seeds win -- route and load happen before
+    the predict context exists, so their failures propagate with no start, error or end event.
+    Upstream
     0.4.15 wraps them in the predict try block and fires on_error + on_predict_end."""
     def scenario(side):
         side.patch_builds(fail=OSError("no weights") if failure == "build" else None)
@@ -685,7 +689,8 @@ def test_route_and_load_failures_in_predict_fire_no_predict_event(monkeypatch, f
     # the lifecycle events themselves are identical
     same([e for e in ours.trace if e["event"] not in predict_events],
          [e for e in theirs.trace if e["event"] not in predict_events])
-    # a failing on_load / on_evict leaves the new agent resident (hooks.md 8.7 rule 9)
+    # a failing on_load / on_evict leaves the new agent resident
+    # (docs/hooks/lifecycle.md#model-lifecycle-on_load-and-on_evict)
     if failure in ("on_load", "on_evict"):
         assert ours.side.loaded_after == theirs.side.loaded_after == ["english"]
     elif failure == "build":
@@ -693,7 +698,7 @@ def test_route_and_load_failures_in_predict_fire_no_predict_event(monkeypatch, f
 
 
 def test_edge_default_is_english_where_upstream_is_multilingual(monkeypatch):
-    """hooks.md section 20 item 6 / router.md section 3: default="english" (seeds)."""
+    """The seeds' item 4 (docs/hooks/lifecycle.md): default="english"."""
     ours, theirs = ER.Router(), UR.Router()
     assert ours.default == "english" and theirs.default == "multilingual"
     assert inspect.signature(ER.Router.__init__).parameters["default"].default == "english"
@@ -708,7 +713,7 @@ def test_edge_default_is_english_where_upstream_is_multilingual(monkeypatch):
 
 
 # ==============================================================================================
-# predict_batch (hooks.md 8.6, router.md 10)
+# predict_batch (docs/hooks/lifecycle.md#routerpredict_batch, docs/design/routing.md#answering)
 # ==============================================================================================
 
 def grouping_requests() -> List[Dict[str, Any]]:
@@ -908,7 +913,8 @@ def test_a_failing_group_fails_every_started_request(monkeypatch, failure):
     same(ours.err(), theirs.err())
     same(ours.calls, theirs.calls)
     assert ours.builds == theirs.builds == []              # the typed group never loads
-    # hooks.md section 20 item 2: our on_error never sees elapsed_ms; upstream's does
+    # the seeds' item 2 (docs/hooks/lifecycle.md): our on_error never sees elapsed_ms; upstream's
+    # does
     same(without(ours.trace, "on_error", "elapsed"), without(theirs.trace, "on_error", "elapsed"))
     assert all(not e["elapsed"] for e in ours.trace if e["event"] == "on_error")
     assert all(e["elapsed"] for e in theirs.trace if e["event"] == "on_error")
@@ -1119,7 +1125,7 @@ def test_other_type_errors_from_the_agent_are_not_retried(monkeypatch):
 
 
 # ==============================================================================================
-# predict_long (router.md 9)
+# predict_long (docs/design/routing.md#answering)
 # ==============================================================================================
 
 def test_predict_long_scans_on_ctx_agent_and_keeps_the_agents_routing(monkeypatch):
@@ -1206,7 +1212,7 @@ def test_predict_long_without_a_scan_raises_type_error_whatever_hooks_raise(monk
         router.predict_long(EN1, Q1)
 
     ours, theirs = both(monkeypatch, scenario)
-    # the message differs by design (router.md 9: upstream also names its PyTorch Agent)
+    # the message differs by design (docs/design/upstream-differences.md#wording)
     same([{k: v for k, v in e.items() if k != "error"} for e in ours.trace],
          [{k: v for k, v in e.items() if k != "error"} for e in theirs.trace])
     assert ours.err() == ("TypeError: NoLongAgent has no predict_long, so a state longer than "
@@ -1230,8 +1236,8 @@ def test_hooks_timeout_does_not_bound_the_scan(monkeypatch):
 
 
 # ==============================================================================================
-# Model lifecycle: load / preload / unload / attach / register / unregister (router.md 7,
-# hooks.md 8.7)
+# Model lifecycle: load / preload / unload / attach / register / unregister
+# (docs/design/routing.md#residency, docs/hooks/lifecycle.md#model-lifecycle-on_load-and-on_evict)
 # ==============================================================================================
 
 SOURCES = {"english": "/srv/en", "multilingual": ("/srv/bundle", "multilingual"),
@@ -1320,7 +1326,7 @@ def test_lifecycle_events_contexts_and_lru_order(monkeypatch):
         ("on_evict", "custom-one", None), ("on_evict", "english", None),
         ("on_load", "typed-decisions", "built:/srv/typed"), ("on_evict", "typed-decisions", None),
         ("on_load", "multilingual", "built:/srv/ml2"), ("on_evict", "multilingual", None)]
-    for event in ours.trace:   # hooks.md 8.7 rule 1: lifecycle contexts
+    for event in ours.trace:   # lifecycle contexts (docs/hooks/api.md#event-payloads)
         assert event["states"] == [] and event["questions"] == {} and event["router"] is True
         assert event["decision"] is None and event["results"] is None
     assert [b[0] for b in ours.builds] == ["/srv/en", "/srv/bundle", "/srv/typed", "/srv/bundle",
@@ -1594,7 +1600,7 @@ def test_unload_all_waits_for_every_build_and_attach_during_a_build_wins(monkeyp
 
 
 # ==============================================================================================
-# Registry and construction (router.md 1-3)
+# Registry and construction (docs/design/routing.md#checkpoints)
 # ==============================================================================================
 
 def attempt(fn: Callable[[], Any]) -> Any:
@@ -2103,8 +2109,8 @@ def test_concurrent_predicts_while_another_thread_loads_and_evicts(monkeypatch, 
         by_path = {sources["english"]: real_agents[0], sources["multilingual"]: real_agents[1]}
         monkeypatch.setattr(onnx_module, "ONNXAgent",
                             lambda path, **kwargs: by_path[path])
-        # every eviction runs gc.collect() under the state lock (router.md 7.2); in a test
-        # process holding torch that costs ~0.1 s a time, so count the calls instead
+        # every eviction runs gc.collect() under the state lock (docs/design/routing.md#residency);
+        # in a test process holding torch that costs ~0.1 s a time, so count the calls instead
         monkeypatch.setattr(EResidency, "gc", type("Gc", (), {"collect": staticmethod(
             lambda: collects.append(1) or 0)}))
     serial_router = ER.Router(models=sources, max_loaded=2)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .bundle_format import (CONFIG, GRAPH, MANIFEST, TOKENIZER_DIR, TOKENIZER_FILES, check_files,
-                     inside, read_manifest, sha256_file, sidecar)
+                            inside, read_manifest, sha256_file, sidecar)
 
 HUB_FILES = (CONFIG, f"{TOKENIZER_DIR}/*", MANIFEST, "laya*.onnx", "laya*.onnx.data")
 

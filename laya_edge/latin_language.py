@@ -11,8 +11,8 @@ import re
 from collections import Counter
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
-from .lang_tables import (COLLISIONS, NON_EN_LETTERS, NORDIC_OVERLAP, SHORT_SWEDISH,
-                          STOPWORDS, SWEDISH_OPENERS)
+from .lang_tables import (COLLISIONS, NON_EN_LETTERS, NORDIC_OVERLAP, SHORT_SWEDISH, STOPWORDS,
+                          SWEDISH_OPENERS)
 
 Result = Dict[str, Any]
 

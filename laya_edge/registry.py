@@ -11,8 +11,7 @@ import os
 import warnings
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from .model_names import (DEFAULT_MODELS, NAME, canonical_name, display, near_builtin,
-                          unknown_model)
+from .model_names import DEFAULT_MODELS, NAME, canonical_name, display, near_builtin, unknown_model
 
 
 def digests_from_env(names: Sequence[str], resolve: Callable[[Any], str]) -> Dict[str, Any]:

@@ -21,9 +21,9 @@ from .confidence import apply_gate, check_min_confidence
 from .hooks import (HookArg, HookCall, HookRegistry, PredictContext, PredictHookArg,
                     aggregate_usage, defaults_suppressed, normalise_hooks)
 from .lifecycle import end_group, run_predict
-from .model_names import (BUNDLE_REPO, DEFAULT_MODELS, STANDALONE_MODELS,
-                          TYPED_DECISION_WORKFLOWS, canonical_name,
-                          match_typed_decisions_workflow, normalise_name, resolve_model_spec)
+from .model_names import (BUNDLE_REPO, DEFAULT_MODELS, STANDALONE_MODELS, TYPED_DECISION_WORKFLOWS,
+                          canonical_name, match_typed_decisions_workflow, normalise_name,
+                          resolve_model_spec)
 from .registry import Registry, digests_from_env
 from .residency import ROUTER_OWNED_AGENT_ARGS, Residency, _Build, check_agent_kwargs
 from .routing import RouteDecision, Routing

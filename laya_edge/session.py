@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .accelerators import (DEFAULT_SHAPE_RANGES, RunLimits, check_gpu_mem_limit, cuda_options,
-                           gpu_name, prepare_provider_directories, run_limits,
-                           tensorrt_cache_dir, tensorrt_options, tensorrt_version)
+                           gpu_name, prepare_provider_directories, run_limits, tensorrt_cache_dir,
+                           tensorrt_options, tensorrt_version)
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"

@@ -23,14 +23,13 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import __version__
 from ..bundle_format import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER_DIR,
-                      TOKENIZER_FILES, digests, files_under, sidecar, write_manifest)
+                             TOKENIZER_FILES, digests, files_under, sidecar, write_manifest)
 from ..tokenizer import load_tokenizer, special_tokens
 from . import checkpoint as ckpt
 from .forward import readout_module, supports_readout
 from .fusion import fuse_for_ort
 from .graph import DEFAULT_OPSET, describe, export_graph
-from .precision import (VARIANT_FILES, WEIGHT_ONLY_SCHEMES, to_fp16, to_int8,
-                        to_int8_weight_only)
+from .precision import VARIANT_FILES, WEIGHT_ONLY_SCHEMES, to_fp16, to_int8, to_int8_weight_only
 from .probes import probe_cases
 from .verify import require_pass, run_reference, verify_graph
 

@@ -17,8 +17,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from ..bundle_format import GRAPH_INPUTS, GRAPH_OUTPUTS, inside, read_manifest
 from ..accelerators import tensorrt_profile
+from ..bundle_format import GRAPH_INPUTS, GRAPH_OUTPUTS, inside, read_manifest
 
 # Graph input/output -> (Triton data type, dims after the batch axis, reshape for the model).
 INPUTS = {"input_ids": ("TYPE_INT64", [-1], None), "attention_mask": ("TYPE_INT64", [-1], None),

@@ -2,7 +2,7 @@
 """Benchmark laya_edge next to its peers on the same checkpoint and the same inputs.
 
 For every checkpoint kind (default: a ModernBERT-base-shaped random checkpoint and the MiniLM
-real-encoder checkpoint, both written by scripts/make_checkpoint.py) the script
+real-encoder checkpoint, both written by laya_edge.export.synthetic) the script
 
 1. builds what each runtime needs from that one checkpoint: the laya_edge bundle
    (`python -m laya_edge.export --precision fp32,int8`), a plain export of the same checkpoint
@@ -262,7 +262,7 @@ def prepare(kind: str, work: Path) -> Dict[str, Path]:
     plain = work / "bundles" / f"{kind}-plain"
     edge_int8, edge_fp32 = work / "edgejev" / f"{kind}-int8", work / "edgejev" / f"{kind}-fp32"
     if not (checkpoint / "rl_agent_config.json").exists():
-        call([sys.executable, str(REPO / "scripts" / "make_checkpoint.py"), "--kind", kind,
+        call([sys.executable, "-m", "laya_edge.export.synthetic", "--kind", kind,
               "--out", str(checkpoint)], f"{kind}: checkpoint")
     export(checkpoint, bundle, f"{kind}: laya_edge export", "--precision", "fp32,int8")
     export(checkpoint, plain, f"{kind}: plain export", "--no-fuse", "--no-readout")
@@ -521,7 +521,7 @@ def machine() -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
-                        help="checkpoint kinds of scripts/make_checkpoint.py, comma-separated")
+                        help="checkpoint kinds of laya_edge.export.synthetic, comma-separated")
     parser.add_argument("--work", type=Path, default=None,
                         help="where checkpoints and builds are kept between runs "
                              "(default: a temporary directory)")

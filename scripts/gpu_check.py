@@ -7,7 +7,7 @@ On the GPU machine (onnxruntime-gpu on PYTHONPATH, see ../shared/gpu/README.md):
 
 1. with `--tests`, runs the GPU tests (tests/gpu: real CUDA/TensorRT sessions) and reports
    their outcome;
-2. writes a ModernBERT-large-shaped random checkpoint (scripts/make_checkpoint.py);
+2. writes a ModernBERT-large-shaped random checkpoint (laya_edge.export.synthetic);
 3. exports it with fp32 and fp16 variants (python -m laya_edge.export);
 4. answers the same tickets on the CPU (fp32, the reference), on CUDA fp32 and on CUDA fp16, and
    reports argmax agreement and max |dp| of the CUDA answers against the CPU ones, and which
@@ -55,7 +55,7 @@ def log(message: str) -> None:
 def make_checkpoint(kind: str, out: Path) -> None:
     if (out / "rl_agent_config.json").is_file():
         return
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_checkpoint.py"), "--kind", kind,
+    subprocess.run([sys.executable, "-m", "laya_edge.export.synthetic", "--kind", kind,
                     "--out", str(out)], check=True)
 
 

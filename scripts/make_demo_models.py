@@ -2,7 +2,7 @@
 """Write the tiny bundles of `models/`: `tiny-multilingual`, behind the demo's multilingual
 route, and `tiny-english`, a small bundle for tests and stress runs.
 
-Two tiny Laya-format checkpoints with random weights (`make_checkpoint.py` kinds
+Two tiny Laya-format checkpoints with random weights (`laya_edge.export.synthetic` kinds
 `modernbert-tiny`, English BPE, and `unigram-tiny`, multilingual Unigram) exported by the
 project's own pipeline: about 2 MB each. Their answers mean nothing (`models/demo.json` says so);
 they show the runtime, routing, hooks and timings. The demo's English route is the trained
@@ -24,23 +24,20 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
+REPO = Path(__file__).resolve().parents[1]
 MULTILINGUAL_BUNDLE = "tiny-multilingual"  # behind the demo's multilingual route (demo.json)
 BUNDLES = {"tiny-english": "modernbert-tiny", MULTILINGUAL_BUNDLE: "unigram-tiny"}
 
 
 def write_demo_models(out: Path, seed: int = 0) -> Path:
     """Export the tiny checkpoints into `out`, replacing the bundles of the same names."""
-    import make_checkpoint
-    from laya_edge.export import ExportOptions, Progress, export_bundle
+    from laya_edge.export import ExportOptions, Progress, export_bundle, synthetic
 
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
         for name, kind in BUNDLES.items():
-            checkpoint = make_checkpoint.make_checkpoint(kind, Path(scratch) / kind, seed=seed,
-                                                         clamp_test=False)
+            checkpoint = synthetic.make_checkpoint(kind, Path(scratch) / kind, seed=seed,
+                                                   clamp_test=False)
             export_bundle(ExportOptions(source=str(checkpoint), out=out / name, force=True),
                           Progress())
     return out
@@ -48,7 +45,7 @@ def write_demo_models(out: Path, seed: int = 0) -> Path:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=HERE.parent / "models")
+    parser.add_argument("--out", type=Path, default=REPO / "models")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     print(write_demo_models(args.out, args.seed))

@@ -2,7 +2,7 @@
 """Measure exporting a ModernBERT-base-sized checkpoint: wall time, stages, peak memory, size.
 
 Not run in CI (minutes, several GB of memory). Writes a random ModernBERT-base-shaped Laya
-checkpoint with scripts/make_checkpoint.py (kind ``modernbert-base``) into a temporary directory,
+checkpoint with laya_edge.export.synthetic (kind ``modernbert-base``) into a temporary directory,
 unless ``--checkpoint`` names one, then runs ``python -m laya_edge.export CHECKPOINT --out DIR
 --json`` in a subprocess and reports:
 
@@ -22,7 +22,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -36,7 +35,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
-MAKE_CHECKPOINT = REPO / "scripts" / "make_checkpoint.py"
 KIND = "modernbert-base"
 
 
@@ -56,13 +54,10 @@ def peak_rss_children_bytes() -> int:
 
 def make_checkpoint(out: Path, seed: int) -> float:
     """Generate the checkpoint in this process (so it does not count as a child); seconds."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    spec = importlib.util.spec_from_file_location("make_checkpoint", MAKE_CHECKPOINT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    from laya_edge.export import synthetic
+
     started = time.perf_counter()
-    module.make_checkpoint(KIND, out, seed=seed)
+    synthetic.make_checkpoint(KIND, out, seed=seed)
     return time.perf_counter() - started
 
 

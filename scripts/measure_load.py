@@ -11,7 +11,7 @@ as wall time, and the process's peak resident set size (`ru_maxrss`) after each 
 shows the median over the repeats. Upstream runs as `laya.onnx_agent.ONNXAgent(bundle,
 onnx_path=bundle/laya.onnx)`, i.e. on the very same graph and tokenizer files.
 
-    python scripts/make_checkpoint.py --all /tmp/ckpt
+    python -m laya_edge.export.synthetic --all /tmp/ckpt
     python -m laya_edge.export /tmp/ckpt/minilm --out /tmp/bundles/minilm
     python scripts/measure_load.py /tmp/bundles/minilm [more bundles] [--repeat 5] [--json out.json]
 

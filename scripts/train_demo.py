@@ -10,7 +10,7 @@ Steps (each logged with its duration):
 
 1. ``data``: rows from the ``train`` family for training, and from the ``heldout`` family (other
    templates, products, names and question wordings) two disjoint splits: calibration and test.
-2. ``base``: the pretrained encoder with fresh Laya heads (``make_checkpoint --kind minilm``),
+2. ``base``: the pretrained encoder with fresh Laya heads (``python -m laya_edge.export.synthetic --kind minilm``),
    the type embedding and the head layers' residual branches starting at zero.
 3. ``train``: upstream laya's own data path and loss (items, shuffled choice options, soft
    cross-entropy, checkpoint format) plus a marker-binding loss (``binding_loss``), in a
@@ -135,7 +135,7 @@ def splits(seed: int, train: int, calib: int, test: int) -> Dict[str, List[Dict[
 def base_checkpoint(out: Path, seed: int) -> Path:
     """The pretrained MiniLM encoder with freshly initialised Laya heads.
 
-    `make_checkpoint --kind minilm` supplies the encoder, tokenizer and config; its heads are
+    `laya_edge.export.synthetic`'s `minilm` kind supplies the encoder, tokenizer and config; its heads are
     test heads (scaled up so untrained logits differ by O(1)), a poor start for training, so
     they are replaced with upstream DecisionModel's default initialisation, changed in two
     places so that the scorer starts out reading the encoder's own marker states: the type
@@ -143,13 +143,14 @@ def base_checkpoint(out: Path, seed: int) -> Path:
     each head layer's residual branches (attention output and second feed-forward projection)
     start at zero, so the head layers begin as the identity and learn away from it.
     """
-    import make_checkpoint
     import torch
     from laya.common import DecisionModel
     from laya.train import load_checkpoint
     from safetensors.torch import save_file
 
-    make_checkpoint.make_minilm(out, seed)
+    from laya_edge.export import synthetic
+
+    synthetic.make_minilm(out, seed)
     model, _tok, cfg = load_checkpoint(str(out))
     torch.manual_seed(seed)
     fresh = DecisionModel(model.encoder, head_layers=cfg["head_layers"],

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from laya_edge import hooks as edge_hooks
-from modules import load_file
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -51,21 +50,13 @@ def impl(request):
 # half a minute each, and every export/runtime test module reuses the same ones.
 # --------------------------------------------------------------------------------------------
 
-MAKE_CHECKPOINT = Path(__file__).resolve().parents[1] / "scripts" / "make_checkpoint.py"
-
-
-def load_make_checkpoint():
-    """scripts/make_checkpoint.py as a module (it is a script, not part of the package)."""
-    return load_file(MAKE_CHECKPOINT)
-
-
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
     """`{kind: Path}` of the small test checkpoints (modernbert-tiny, unigram-tiny, minilm),
-    written by scripts/make_checkpoint.py with the network off."""
+    written by laya_edge.export.synthetic with the network off."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    make_checkpoint = load_make_checkpoint()
+    from laya_edge.export import synthetic as make_checkpoint
     root = tmp_path_factory.mktemp("checkpoints")
     return {kind: Path(make_checkpoint.make_checkpoint(kind, root / kind, seed=0))
             for kind in make_checkpoint.SMALL_KINDS}

@@ -1,4 +1,4 @@
-"""scripts/make_checkpoint.py writes checkpoints that upstream laya 0.4.15 loads offline."""
+"""laya_edge.export.synthetic writes checkpoints that upstream laya 0.4.15 loads offline."""
 import json
 import os
 import subprocess
@@ -15,11 +15,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import laya  # noqa: E402 -- after the offline switches above
 import safetensors  # noqa: E402
 
-from modules import load_file  # noqa: E402
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_checkpoint.py"
-
-mc = load_file(SCRIPT)
+from laya_edge.export import synthetic as mc  # noqa: E402
+from laya_edge.export.synthetic.writing import dir_size  # noqa: E402
 
 QUESTIONS = {
     "dept": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech"]},
@@ -107,7 +104,7 @@ def test_checkpoint_layout(checkpoints, kind):
 
 @pytest.mark.parametrize("kind", ["modernbert-tiny", "unigram-tiny"])
 def test_tiny_kinds_are_small(checkpoints, kind):
-    assert mc.dir_size(checkpoints[kind]) < 5_000_000
+    assert dir_size(checkpoints[kind]) < 5_000_000
 
 
 def test_unigram_special_ids_follow_mmbert(checkpoints):
@@ -157,7 +154,7 @@ def test_refuses_to_overwrite_without_force(checkpoints):
 
 def test_cli_check(tmp_path):
     out = tmp_path / "cli"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--kind", "unigram-tiny", "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "laya_edge.export.synthetic", "--kind", "unigram-tiny", "--out", str(out),
                            "--check"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "laya.load + system_one OK" in proc.stderr

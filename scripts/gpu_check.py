@@ -32,8 +32,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-# scripts/ is on the path when a script runs; the question sets are the CPU benchmark's
-from bench import QUESTIONS1, QUESTIONS4, QUESTIONS10, agreement
+# scripts/ is on the path when a script runs: the question sets are the CPU benchmark's
+from workloads import QUESTIONS1, QUESTIONS4, QUESTIONS10, agreement
 
 REPO = Path(__file__).resolve().parents[1]
 TICKETS = [

@@ -1,4 +1,5 @@
-"""scripts/bench.py: its inputs, its arithmetic, and one end-to-end run on a tiny checkpoint."""
+"""scripts/bench.py and its workload (scripts/workloads.py): the inputs, the arithmetic, and one
+end-to-end run on a tiny checkpoint."""
 import json
 import subprocess
 import sys
@@ -7,19 +8,21 @@ from pathlib import Path
 from modules import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
+# loaded first, under its own name, as bench.py imports it when run from scripts/
+workloads = load_file(ROOT / "scripts" / "workloads.py")
 bench = load_file(ROOT / "scripts" / "bench.py")
 
 
 def test_tickets_are_deterministic_support_texts_of_40_to_300_words():
-    texts = bench.tickets(32)
-    assert texts == bench.tickets(32) and len(set(texts)) == 32
+    texts = workloads.tickets(32)
+    assert texts == workloads.tickets(32) and len(set(texts)) == 32
     counts = [len(text.split()) for text in texts]
     assert min(counts) >= 40 and max(counts) <= 300 and max(counts) - min(counts) > 100
 
 
 def test_questions_mix_every_type():
-    assert len(bench.QUESTIONS10) == 10 and len(bench.QUESTIONS4) == 4
-    assert {q["type"] for q in bench.QUESTIONS10.values()} == {"choice", "score", "noul"}
+    assert len(workloads.QUESTIONS10) == 10 and len(workloads.QUESTIONS4) == 4
+    assert {q["type"] for q in workloads.QUESTIONS10.values()} == {"choice", "score", "noul"}
 
 
 def test_agreement_counts_argmax_and_the_largest_probability_gap():
@@ -29,9 +32,9 @@ def test_agreement_counts_argmax_and_the_largest_probability_gap():
              "b": {"type": "choice", "probabilities": {"x": 0.55, "y": 0.45}}}]
     flipped = [{"a": {"type": "noul", "noul": 0.3},
                 "b": {"type": "choice", "probabilities": {"x": 0.6, "y": 0.4}}}]
-    result = bench.agreement(same, reference)
+    result = workloads.agreement(same, reference)
     assert result["argmax_agreement"] == 1.0 and abs(result["max_abs_p"] - 0.05) < 1e-12
-    result = bench.agreement(flipped, reference)
+    result = workloads.agreement(flipped, reference)
     assert result["argmax_agreement"] == 0.5 and abs(result["max_abs_p"] - 0.6) < 1e-12
 
 
@@ -42,12 +45,12 @@ def test_decisive_agreement_leaves_out_the_references_near_ties():
                   "b": {"type": "choice", "probabilities": {"x": 0.7, "y": 0.2, "z": 0.1}}}]
     tie_flipped = [{"a": {"type": "noul", "noul": 0.48},
                     "b": {"type": "choice", "probabilities": {"x": 0.69, "y": 0.21, "z": 0.1}}}]
-    result = bench.agreement(tie_flipped, reference)
+    result = workloads.agreement(tie_flipped, reference)
     assert result["argmax_agreement"] == 0.5
     assert result["decisive_answers"] == 1 and result["decisive_agreement"] == 1.0
     clear_flipped = [{"a": {"type": "noul", "noul": 0.52},
                       "b": {"type": "choice", "probabilities": {"x": 0.2, "y": 0.7, "z": 0.1}}}]
-    assert bench.agreement(clear_flipped, reference)["decisive_agreement"] == 0.0
+    assert workloads.agreement(clear_flipped, reference)["decisive_agreement"] == 0.0
 
 
 def test_summary_pools_latencies_and_takes_medians_over_processes():

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
+# scripts/ is on the path when a script runs: the load test's tickets and question sets
 from stress import QUESTION_SETS, TICKETS  # noqa: E402
 
 

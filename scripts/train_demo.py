@@ -76,8 +76,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 
+# scripts/ is on the path when a script runs: the generated tickets it trains on
 import demo_tickets  # noqa: E402
 
 BUNDLE_NAME = "demo-support-en"

@@ -65,3 +65,25 @@ def test_no_citation_of_documents_outside_the_repository():
                  path.read_text(encoding="utf-8").splitlines(), 1)
              if BARE.search(line) or "§" in line]
     assert cited == []
+
+
+# repository files named in comments and docs: `laya_edge/session.py`, `scripts/bench.py`, ...
+# One name is data, not a reference: the provenance label every synthetic checkpoint (and the
+# bundles in models/) carries, kept so regenerated checkpoints stay byte-identical.
+PROVENANCE_LABELS = {"scripts/make_checkpoint.py"}
+FILE = re.compile(r"(?<![\w/.-])((?:laya_edge|scripts|tests|examples|export|models|docs)"
+                  r"/[\w/.-]*\w\.(?:py|md|json|sh|txt))\b")
+
+
+def test_every_repository_file_named_exists():
+    missing = []
+    for where in [*SOURCES, *PAGES]:
+        for match in FILE.finditer(where.read_text(encoding="utf-8")):
+            named = match.group(1)
+            if named in PROVENANCE_LABELS:
+                continue
+            # inside the package, paths are also written relative to laya_edge/ (export/...)
+            if not ((ROOT / named).exists() or (ROOT / "laya_edge" / named).exists()
+                    or (where.parent / named).exists()):
+                missing.append(f"{where.relative_to(ROOT)}: {named}")
+    assert missing == []

@@ -50,9 +50,10 @@ class Plan:
 
     @property
     def binding(self) -> Optional[Tuple[str, int]]:
-        """Where a run's inputs and outputs live: `None` on the CPU, else onnxruntime's device
-        type and index (TensorRT's tensors are CUDA memory)."""
-        return None if self.device == "cpu" else ("cuda", self.device_id)
+        """Where a run's inputs and outputs live: onnxruntime's device type and index on CUDA and
+        TensorRT (whose tensors are CUDA memory); `None` (a plain run) on the CPU and on any
+        other provider a caller names."""
+        return ("cuda", self.device_id) if self.device in ("cuda", "tensorrt") else None
 
 
 def parse_device(device: Optional[str]) -> Tuple[str, int]:

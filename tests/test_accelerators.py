@@ -111,6 +111,15 @@ def test_a_cuda_provider_list_plans_for_cuda_with_its_device_index():
     assert chosen.fallback.device_id == 2
 
 
+def test_a_provider_without_rules_runs_plain_on_fp32():
+    """A provider laya_edge has no rules for (OpenVINO here) runs plain, on the fp32 graph."""
+    chosen = S.plan(None, None, ["OpenVINOExecutionProvider", S.CPU], VARIANTS,
+                    providers=["OpenVINOExecutionProvider", S.CPU])
+    assert (chosen.device, chosen.precision, chosen.binding) == (
+        "OpenVINOExecutionProvider", "fp32", None)
+    assert chosen.fallback.device == "cpu"
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"device": "cuda", "providers": [S.CPU]},
      "device='cuda' disagrees with providers=, whose first provider 'CPUExecutionProvider' "

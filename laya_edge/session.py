@@ -199,8 +199,8 @@ def _caller_providers(providers: Any, provider_options: Any) -> List[Any]:
 
 
 def _caller_plan(kind: str, device_id: int, index_given: bool, requested: str,
-                 providers: List[Any], variants: Mapping[str, Path],
-                 reasons: List[str]) -> Plan:
+                 providers: List[Any], variants: Mapping[str, Path], reasons: List[str],
+                 shape_ranges: Optional[Mapping[str, Mapping[str, int]]]) -> Plan:
     """A plan for the caller's own provider list: the device is the first provider's, and
     `device=` may only agree with it."""
     first = providers[0]
@@ -209,6 +209,9 @@ def _caller_plan(kind: str, device_id: int, index_given: bool, requested: str,
         raise ValueError(f"device={kind!r} disagrees with providers=, whose first provider "
                          f"{provider_name(first)!r} runs on {device!r}; pass one of them")
     listed = first[1].get("device_id") if isinstance(first, tuple) else None
+    if listed is not None and (isinstance(listed, bool) or not str(listed).isdigit()):
+        raise ValueError(f"providers=: {provider_name(first)}'s device_id must be a GPU index, "
+                         f"got {listed!r}")
     if listed is not None and index_given and int(listed) != device_id:
         raise ValueError(f"device=':{device_id}' disagrees with providers=, whose options set "
                          f"device_id={listed}; pass one of them")
@@ -217,8 +220,8 @@ def _caller_plan(kind: str, device_id: int, index_given: bool, requested: str,
     precision = _pick_precision(requested, device, variants, reasons)
     graph = variants["fp32" if device == "tensorrt" and "fp32" in variants else precision]
     fallback = None if device == "cpu" else _cpu_fallback(requested, device_id, variants)
-    return Plan(device, device_id, precision, graph, providers, reasons, run_limits(device),
-                fallback)
+    return Plan(device, device_id, precision, graph, providers, reasons,
+                run_limits(device, shape_ranges), fallback)
 
 
 def plan(device: Optional[str], precision: Optional[str], available: Sequence[str],
@@ -235,7 +238,8 @@ def plan(device: Optional[str], precision: Optional[str], available: Sequence[st
     reasons: List[str] = []
     if providers is not None:
         return _caller_plan(kind, device_id, ":" in str(device or ""), requested,
-                            _caller_providers(providers, provider_options), variants, reasons)
+                            _caller_providers(providers, provider_options), variants, reasons,
+                            shape_ranges)
     if provider_options is not None:
         raise ValueError("provider_options needs providers= (one options dict per provider)")
     chosen = _pick_device(kind, available, reasons)

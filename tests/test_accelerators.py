@@ -135,6 +135,7 @@ def test_a_provider_without_rules_runs_plain_on_fp32():
     ({"providers": []}, "non-empty list of provider names"),
     ({"providers": [(S.CUDA, "device_id=0")]}, r"a \(name, options dict\) pair"),
     ({"providers": [S.CPU], "provider_options": ["x"]}, "entries must be dicts"),
+    ({"providers": [(S.CUDA, {"device_id": "first"})]}, "device_id must be a GPU index"),
 ])
 def test_providers_that_disagree_or_do_not_line_up_are_refused(kwargs, message):
     device = kwargs.pop("device", None)

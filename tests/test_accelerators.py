@@ -5,6 +5,7 @@ index names under CUDA_VISIBLE_DEVICES, and the CUDA memory limit.
 
 Real CUDA and TensorRT sessions are tested in tests/gpu/ where onnxruntime offers them.
 """
+import copy
 import dataclasses
 import warnings
 
@@ -12,8 +13,9 @@ import pytest
 
 import laya_edge
 from laya_edge import session as S
-from laya_edge.accelerators import (CPU_RUN_TOKENS, CUDA_RUN_TOKENS, UNKNOWN_GPU, gpu_name,
-                                    prepare_provider_directories, run_limits, visible_gpu)
+from laya_edge.accelerators import (CPU_RUN_TOKENS, CUDA_RUN_TOKENS, UNKNOWN_GPU, RunLimits,
+                                    gpu_name, prepare_provider_directories, run_limits,
+                                    visible_gpu)
 from agent_support import assert_close
 
 VARIANTS = {"fp32": "laya.onnx", "fp16": "laya.fp16.onnx", "int8": "laya.int8.onnx"}
@@ -53,23 +55,31 @@ class Recording:
         return self.session.get_providers()
 
 
+STATES = (TICKETS * 8)[:32]
+LONG_STATES = [ticket * 8 for ticket in STATES]  # rows long enough to reach the token caps
+
+
+@pytest.fixture(scope="module")
+def unsplit(bundles):
+    """A CPU agent on the tiny bundle and its answers with no run limits at all (one run per
+    length group), computed once for every device's limits."""
+    agent = quiet_load(bundles["modernbert-tiny"], device="cpu")
+    agent.plan = dataclasses.replace(agent.plan, limits=RunLimits())
+    return (agent, agent.predict_batch(STATES, QUESTIONS4),
+            agent.predict_batch(LONG_STATES, QUESTIONS4))
+
+
 @pytest.mark.parametrize("device, rows, tokens", [
     ("tensorrt", 64, 64 * 512), ("cuda", None, CUDA_RUN_TOKENS), ("cpu", None, CPU_RUN_TOKENS)])
-def test_a_32x4_call_runs_within_each_devices_limits(bundles, device, rows, tokens):
+def test_a_32x4_call_runs_within_each_devices_limits(unsplit, device, rows, tokens):
     """32 states x 4 questions are 128 rows: TensorRT's profile takes at most 64 per run, CUDA
     and the CPU at most their token caps; the answers are those of the unsplit call."""
-    agent = quiet_load(bundles["modernbert-tiny"], device="cpu")
-    states = (TICKETS * 8)[:32]
-    # the limits apply to rows long enough to reach the token caps too
-    long_states = [ticket * 8 for ticket in states]
-    agent.plan = dataclasses.replace(agent.plan, limits=dataclasses.replace(
-        run_limits(device, RANGES), tokens=None))
-    reference = agent.predict_batch(states, QUESTIONS4)
-    reference_long = agent.predict_batch(long_states, QUESTIONS4)
-    agent.plan = dataclasses.replace(agent.plan, limits=run_limits(device, RANGES))
-    agent.session = recording = Recording(agent.session)
-    answered = agent.predict_batch(states, QUESTIONS4)
-    answered_long = agent.predict_batch(long_states, QUESTIONS4)
+    shared, reference, reference_long = unsplit
+    agent = copy.copy(shared)
+    agent.plan = dataclasses.replace(shared.plan, limits=run_limits(device, RANGES))
+    agent.session = recording = Recording(shared.session)
+    answered = agent.predict_batch(STATES, QUESTIONS4)
+    answered_long = agent.predict_batch(LONG_STATES, QUESTIONS4)
     assert sum(shape[0] for shape in recording.runs) == 2 * 128
     assert len(recording.runs) >= 3  # the long call is split on every device
     assert all(rows is None or shape[0] <= rows for shape in recording.runs)

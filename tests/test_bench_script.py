@@ -7,9 +7,9 @@ from pathlib import Path
 
 from modules import load_file
 
+import workloads  # scripts/ is on the test path (pyproject: pythonpath)
+
 ROOT = Path(__file__).resolve().parents[1]
-# loaded first, under its own name, as bench.py imports it when run from scripts/
-workloads = load_file(ROOT / "scripts" / "workloads.py")
 bench = load_file(ROOT / "scripts" / "bench.py")
 
 

@@ -12,8 +12,6 @@ from modules import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
-# train_demo imports demo_tickets as its script neighbour: load it first, under that name
-load_file(ROOT / "scripts" / "demo_tickets.py", "demo_tickets")
 train_demo = load_file(ROOT / "scripts" / "train_demo.py", "train_demo")
 BUNDLE = MODELS / train_demo.BUNDLE_NAME
 

@@ -6,8 +6,6 @@ import pytest
 
 from modules import load_file
 
-# train_demo imports demo_tickets as its script neighbour: load it first, under that name
-load_file("scripts/demo_tickets.py", "demo_tickets")
 train_demo = load_file("scripts/train_demo.py", "train_demo")
 
 

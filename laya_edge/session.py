@@ -306,8 +306,8 @@ def create_session(chosen: Plan, intra_op_threads: Optional[int] = None,
             _fall_back(attempt, attempts[index + 1], "is not offered by this onnxruntime"
                        f"{' (' + DUAL_INSTALL + ')' if dual_install() else ''}")
             continue
-        sha256 = digest(attempt.graph)
-        if names == [CPU] and cache_root is not None and sha256:
+        sha256 = digest(attempt.graph) if names == [CPU] and cache_root is not None else ""
+        if sha256:
             from . import session_cache
 
             key = session_cache.entry_key(sha256, CPU_DISABLED_OPTIMIZERS)

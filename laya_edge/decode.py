@@ -9,8 +9,9 @@ import math
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from .encode import Head, Row
-from .lazy_modules import numpy as np
 from .questions import QTYPES, Question, render_criterion
 
 MODEL_NAME = "laya-rl-agent-onnx"

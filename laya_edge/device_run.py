@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
+import numpy as np
+
 from .bundle_format import GRAPH_OUTPUTS
-from .lazy_modules import numpy as np
 
 
 def run(session: Any, inputs: Dict[str, np.ndarray],

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
+import numpy as np
+
 from .bundle_format import MIN_MARKERS
-from .lazy_modules import numpy as np
 from .questions import OPTION_TOKENS, Question, check_unicode, dumps_nested, render_options
 from .tokenizer import SpecialToken, load_tokenizer, read_json, special_tokens
 

@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from .bundle_format import CONFIG, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir, check_config
 from .bundle_source import resolve, verify
 from .confidence import apply_gate, check_min_confidence
@@ -20,7 +22,6 @@ from .decode import Temperatures, act_probabilities, decode_state, empty_payload
 from .device_run import run
 from .encode import Encoder, Row, collate, encode_rows, length_groups, state_room
 from .hooks import HookArg, HookRegistry, PredictContext, PredictHookArg
-from .lazy_modules import numpy as np
 from .lifecycle import run_predict
 from .questions import normalise, parse_questions
 from .session import Plan, create_session, dual_install, plan, session_device

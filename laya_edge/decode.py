@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 
 from .encode import Head, Row
 from .questions import QTYPES, Question, render_criterion
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MODEL_NAME = "laya-rl-agent-onnx"
 TEMP_MIN, TEMP_MAX = 0.5, 5.0
@@ -126,6 +128,8 @@ def _resolve_languages(raw: Optional[Dict[str, Any]],
 
 
 def _entropy_confidence(p: np.ndarray, k: int) -> float:
+    import numpy as np
+
     if k < 2:
         return 1.0
     entropy = -float((p * np.log(np.clip(p, 1e-12, 1.0))).sum())
@@ -133,6 +137,8 @@ def _entropy_confidence(p: np.ndarray, k: int) -> float:
 
 
 def _answer(question: Question, p: np.ndarray, k: int, act_probability: float) -> Dict[str, Any]:
+    import numpy as np
+
     top = 1.0 if k < 1 else min(1.0, max(0.0, float(p[:k].max())))
     action = {"act_probability": round(act_probability, 4)}
     if question.qtype == "noul":
@@ -170,6 +176,8 @@ def _usage(rows: Sequence[Row], qids: Sequence[Any], heads: Dict[Any, Head]) -> 
 
 def act_probabilities(act_logits: np.ndarray) -> np.ndarray:
     """P(act) per row: the softmax of the act head, index 0."""
+    import numpy as np
+
     shifted = np.exp(act_logits - np.max(act_logits, axis=-1, keepdims=True))
     return (shifted / np.sum(shifted, axis=-1, keepdims=True))[:, 0]
 
@@ -180,6 +188,8 @@ def decode_state(logits: np.ndarray, act: np.ndarray, offset: int, rows: Sequenc
     """One state's payload from its rows, which start at `offset` in the batch outputs.
 
     `act` is `act_probabilities` of the whole batch."""
+    import numpy as np
+
     override = temperatures.language(lang)
     answers = {}
     for j, (qid, question) in enumerate(zip(questions, questions.values())):

@@ -6,11 +6,12 @@ nothing per node (the pattern of optimum's IO-binding helper).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from .bundle_format import GRAPH_OUTPUTS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def run(session: Any, inputs: Dict[str, np.ndarray],
@@ -20,6 +21,7 @@ def run(session: Any, inputs: Dict[str, np.ndarray],
     if binding is None:
         logits, act_logits = session.run(list(GRAPH_OUTPUTS), inputs)
         return logits, act_logits
+    import numpy as np
     from onnxruntime import OrtValue
 
     device_type, device_id = binding

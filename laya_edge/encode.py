@@ -15,11 +15,13 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence
 
-import numpy as np
 
 from .bundle_format import MIN_MARKERS
+
+if TYPE_CHECKING:
+    import numpy as np
 from .questions import OPTION_TOKENS, Question, check_unicode, dumps_nested, render_options
 from .tokenizer import SpecialToken, load_tokenizer, read_json, special_tokens
 
@@ -171,6 +173,8 @@ def state_room(head: Head, max_len: int) -> int:
 
 def collate(rows: Sequence[Row], pad_id: int) -> Dict[str, np.ndarray]:
     """The graph's five inputs; the marker axis is at least 2 wide (the graph takes a top-2)."""
+    import numpy as np
+
     n = len(rows)
     longest = max(len(row.ids) for row in rows)
     width = max(MIN_MARKERS, max(len(row.markers) for row in rows))

@@ -11,9 +11,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .bundle_format import CONFIG, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir, check_config
 from .bundle_source import resolve, verify
@@ -29,6 +27,9 @@ from .session_cache import Setting as CacheSetting
 from .session_cache import cache_root
 from .window_scan import (StartProbe, aggregate_windows, check_scan_budget, default_window,
                           window_batch_cap, window_budget, window_starts)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
@@ -210,6 +211,8 @@ class ONNXAgent(HookRegistry):
             logits, act_logits = run(self.session, collate(rows, self.encoder.pad.id),
                                      binding=binding)
             return logits, act_probabilities(act_logits)
+        import numpy as np
+
         logits = np.zeros((len(rows), width), dtype=np.float32)
         act = np.zeros(len(rows), dtype=np.float32)
         for group in groups:

@@ -36,6 +36,15 @@ def test_import_laya_edge_loads_nothing_heavy():
     assert loaded == []
 
 
+def test_importing_the_agent_and_router_loads_nothing_heavy():
+    """numpy, onnxruntime and tokenizers wait for the first model load (the import budget)."""
+    loaded = run_python(
+        "import json, sys\nfrom laya_edge import ONNXAgent, Router, load\n"
+        f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))",
+        blocked=("numpy", "onnxruntime", "tokenizers", "torch", "transformers"))
+    assert loaded == []
+
+
 def test_hooks_module_imports_only_the_standard_library():
     third_party = run_python(
         "import json, sys\nbefore = set(sys.modules)\nimport laya_edge.hooks, laya_edge.lifecycle\n"

@@ -5,12 +5,15 @@ what to fix, instead of surfacing later from inside tokenisation or onnxruntime.
 """
 from __future__ import annotations
 
+import difflib
 import json
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 QTYPES = {"choice": 0, "score": 1, "noul": 2}
 NOUL_DEFAULT_TEXT = ("no, the statement does not hold", "yes, the statement holds")
 OPTION_TOKENS = 48
+# Every key a question definition is read for; upstream ignores any other key, and so do we.
+QUESTION_KEYS = ("type", "instructions", "criteria", "labels", "option_order")
 _LABELS_ERROR = "noul labels must map exactly 'false' and 'true' to distinct non-empty strings"
 
 
@@ -162,6 +165,27 @@ def check_question(qid: Any, definition: Any) -> None:
             noul_labels(definition["labels"])
         except ValueError as exc:
             raise ValueError(f"question {q}: {exc}") from exc
+
+
+def unknown_key_warnings(questions: Any) -> List[str]:
+    """One message per key a question definition carries that nothing reads (upstream ignores
+    them too, so a misspelt `"critera"` would silently drop the criteria), with the nearest
+    valid key. Pure, so the HTTP service can pass the messages on without catching warnings."""
+    if not isinstance(questions, dict):
+        return []
+    messages = []
+    for qid, definition in questions.items():
+        if not isinstance(definition, dict):
+            continue
+        for key in definition:
+            if key in QUESTION_KEYS:
+                continue
+            nearest = difflib.get_close_matches(str(key), QUESTION_KEYS, n=1, cutoff=0.6)
+            hint = f"did you mean {nearest[0]!r}?" if nearest else \
+                f"a question reads only {', '.join(QUESTION_KEYS)}"
+            messages.append(f"question {qid!r}: key {key!r} is not a question key and is "
+                            f"ignored; {hint}")
+    return messages
 
 
 def normalise(definition: Dict[str, Any]) -> Question:

@@ -155,8 +155,15 @@ def read_manifest(directory: PathLike) -> Optional[Dict[str, Any]]:
     path = Path(directory) / MANIFEST
     if not path.is_file():
         return None
-    with open(path, encoding="utf-8") as handle:
-        manifest = json.load(handle)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{str(path)!r} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at "
+                         f"position {exc.start}): not a laya_edge bundle manifest") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{str(path)!r} is not valid JSON (line {exc.lineno}, column "
+                         f"{exc.colno}: {exc.msg}): not a laya_edge bundle manifest") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{str(path)!r} is not a laya_edge bundle manifest")
     version = manifest.get("format_version")
@@ -168,50 +175,73 @@ def read_manifest(directory: PathLike) -> Optional[Dict[str, Any]]:
     return manifest
 
 
+def missing_files(directory: PathLike, manifest: Mapping[str, Any]) -> List[str]:
+    """The files the manifest lists that are not in the bundle (a stat each, nothing read)."""
+    return [relative for relative in sorted(manifest.get("files") or {})
+            if not inside(directory, relative).is_file()]
+
+
+def check_present(directory: PathLike, manifest: Mapping[str, Any]) -> None:
+    """Refuse a bundle missing any file its manifest lists, before anything is parsed: a
+    deleted weights sidecar would otherwise surface as onnxruntime's own error mid-load, and a
+    bundle missing a file it was exported with is damaged even where this load would not read it."""
+    missing = missing_files(directory, manifest)
+    if missing:
+        raise FileNotFoundError(f"bundle {str(directory)!r} is missing "
+                                f"{', '.join(repr(name) for name in missing)}, listed in "
+                                f"{MANIFEST}; copy the bundle again or re-export it")
+
+
 def check_files(directory: PathLike, manifest: Mapping[str, Any], relatives: Iterable[str]) -> None:
-    """Compare each file's SHA-256 with the manifest before anything parses it: block by block,
-    on every core, where the manifest lists blocks; else the whole file. A file unchanged since
-    an earlier check is not hashed again (`digest_cache`)."""
-    listed = manifest.get("files") or {}
+    """Compare each file's SHA-256 with the manifest before anything parses it (`check_file`)."""
     for relative in relatives:
-        entry = listed.get(relative)
-        if not isinstance(entry, dict) or "sha256" not in entry:
-            raise ValueError(f"bundle {str(directory)!r}: {relative!r} is not listed in "
-                             f"{MANIFEST}; refusing to load an unlisted file")
-        path = inside(directory, relative)
-        if not path.is_file():
-            raise FileNotFoundError(f"bundle {str(directory)!r} is missing {relative!r}")
+        check_file(directory, manifest, relative)
 
-        def mismatch(detail: str) -> ValueError:
-            return ValueError(f"bundle {str(directory)!r}: SHA-256 mismatch for {relative!r} "
-                              f"({detail}); the file changed after export, refusing to load it")
 
-        seen = digest_cache.look_up(path)
-        if "blocks" not in entry:
-            actual = seen.digests.get("sha256")
-            if actual is None:
-                actual = sha256_file(path)
-                digest_cache.remember(path, seen, {"sha256": actual})
-            if actual != entry["sha256"]:
-                raise mismatch(f"manifest {entry['sha256']}, file {actual}")
-            continue
-        block, wanted, listed_size = entry.get("block_bytes"), entry["blocks"], entry.get("bytes")
-        if not (_count(block) and block > 0 and _count(listed_size)
-                and isinstance(wanted, list) and len(wanted) == -(-listed_size // block)):
-            raise ValueError(f"bundle {str(directory)!r}: {MANIFEST} lists malformed blocks for "
-                             f"{relative!r}; refusing to load it")
-        size = seen.size
-        if size != listed_size:
-            raise mismatch(f"manifest {listed_size} bytes, file {size}")
-        actual_blocks = seen.digests.get("blocks")
-        if seen.digests.get("block_bytes") != block or len(actual_blocks) != len(wanted):
-            actual_blocks = _on_every_core([
-                lambda start=start: _range_sha256(path, start, block)
-                for start in range(0, size, block)])
-            digest_cache.remember(path, seen, {"block_bytes": block, "blocks": actual_blocks})
-        for index, (want, got) in enumerate(zip(wanted, actual_blocks)):
-            if want != got:
-                raise mismatch(f"block {index + 1} of {len(wanted)}: manifest {want}, file {got}")
+def check_file(directory: PathLike, manifest: Mapping[str, Any], relative: str,
+               records: bool = True) -> None:
+    """Compare one file's SHA-256 with the manifest: block by block, on every core, where the
+    manifest lists blocks; else the whole file. With `records`, a file unchanged since an
+    earlier check is not hashed again (`digest_cache`); without, every byte is read."""
+    entry = (manifest.get("files") or {}).get(relative)
+    if not isinstance(entry, dict) or "sha256" not in entry:
+        raise ValueError(f"bundle {str(directory)!r}: {relative!r} is not listed in "
+                         f"{MANIFEST}; refusing to load an unlisted file")
+    path = inside(directory, relative)
+    if not path.is_file():
+        raise FileNotFoundError(f"bundle {str(directory)!r} is missing {relative!r}")
+
+    def mismatch(detail: str) -> ValueError:
+        return ValueError(f"bundle {str(directory)!r}: SHA-256 mismatch for {relative!r} "
+                          f"({detail}); the file changed after export, refusing to load it")
+
+    seen = (digest_cache.look_up(path) if records else
+            digest_cache.Seen(digest_cache.stat_signature(path), False, {}))
+    if "blocks" not in entry:
+        actual = seen.digests.get("sha256")
+        if actual is None:
+            actual = sha256_file(path)
+            digest_cache.remember(path, seen, {"sha256": actual})
+        if actual != entry["sha256"]:
+            raise mismatch(f"manifest {entry['sha256']}, file {actual}")
+        return
+    block, wanted, listed_size = entry.get("block_bytes"), entry["blocks"], entry.get("bytes")
+    if not (_count(block) and block > 0 and _count(listed_size)
+            and isinstance(wanted, list) and len(wanted) == -(-listed_size // block)):
+        raise ValueError(f"bundle {str(directory)!r}: {MANIFEST} lists malformed blocks for "
+                         f"{relative!r}; refusing to load it")
+    size = seen.size
+    if size != listed_size:
+        raise mismatch(f"manifest {listed_size} bytes, file {size}")
+    actual_blocks = seen.digests.get("blocks")
+    if seen.digests.get("block_bytes") != block or len(actual_blocks) != len(wanted):
+        actual_blocks = _on_every_core([
+            lambda start=start: _range_sha256(path, start, block)
+            for start in range(0, size, block)])
+        digest_cache.remember(path, seen, {"block_bytes": block, "blocks": actual_blocks})
+    for index, (want, got) in enumerate(zip(wanted, actual_blocks)):
+        if want != got:
+            raise mismatch(f"block {index + 1} of {len(wanted)}: manifest {want}, file {got}")
 
 
 def _count(value: Any) -> bool:

@@ -1,8 +1,11 @@
-"""What a bundle holds and how it would run on this machine, without building a session.
+"""What a bundle holds, whether its files are intact, and how it would run on this machine,
+without building a session.
 
-Backs `python -m laya_edge inspect`: the manifest's summary, every variant with its
-verification figures, the execution providers this onnxruntime offers, and the plan (device,
-variant, providers, reasons) an `ONNXAgent` with the same `device`/`precision` would follow.
+Backs `python -m laya_edge inspect`: the manifest's summary, every variant with its export-time
+verification figures, which listed files are missing (a stat each; nothing hashed), the execution
+providers this onnxruntime offers, and the plan (device, variant, providers, reasons) an
+`ONNXAgent` with the same `device`/`precision` would follow. And `python -m laya_edge verify`:
+every byte of every file against the manifest's SHA-256, each problem named.
 """
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .bundle_format import CONFIG, MANIFEST
-from .bundle_source import resolve
+from .bundle_format import CONFIG, MANIFEST, check_file, files_under, missing_files, read_manifest
+from .bundle_source import read_files, resolve
 
 VERIFICATION_KEYS = ("passed", "skipped", "argmax_agreement", "max_abs_p", "p99_abs_p", "rows")
 
@@ -50,6 +53,9 @@ def describe_bundle(directory: Path, device: Optional[str] = None,
                             "verification": {key: (entry.get("verification") or {}).get(key)
                                              for key in VERIFICATION_KEYS}}
                      for name, entry in (manifest.get("variants") or {}).items()},
+        "files_checked": {"listed": len(manifest.get("files") or {}),
+                          "missing": missing_files(directory, manifest),
+                          "hashes": "not checked: `laya-edge verify` checks them"},
         "providers_available": available,
         "would_run": {"device": chosen.device, "precision": chosen.precision,
                       "graph": Path(chosen.graph).name,
@@ -73,14 +79,62 @@ def summary_lines(report: Dict[str, Any]) -> List[str]:
     for name, entry in report["variants"].items():
         check = entry["verification"]
         verdict = ("verification skipped" if check.get("skipped") else
-                   f"{'passed' if check.get('passed') else 'FAILED'}: agreement "
+                   f"export check {'passed' if check.get('passed') else 'FAILED'}: agreement "
                    f"{check.get('argmax_agreement', 0):.4f}, max |dp| "
                    f"{check.get('max_abs_p', 0):.2e}")
         size = f"{entry['bytes'] / 1e6:.1f} MB" if entry.get("bytes") else "?"
         lines.append(f"  {name:<5} {size:>9}  {verdict}"
                      + ("" if entry["present"] else "  (file missing)"))
+    files = report["files_checked"]
+    lines.append(f"files      {files['listed']} listed, "
+                 + (f"MISSING {', '.join(files['missing'])}" if files["missing"] else
+                    "all present")
+                 + f"; hashes {files['hashes']}")
     run = report["would_run"]
     lines += [f"providers  {', '.join(report['providers_available'])}",
               f"would run  {run['precision']} on {run['device']} ({', '.join(run['providers'])})"]
     lines += [f"           {reason}" for reason in run["reasons"]]
+    return lines
+
+
+def check_bundle(directory: Path) -> Dict[str, Any]:
+    """Every file the manifest lists, and every file a load would read, hashed in full against
+    the manifest (no digest records: every byte is read): `{"bundle", "ok", "files": {path:
+    "ok" or the problem}, "problems", "unlisted"}`. Unlisted files nothing reads are reported,
+    not failed."""
+    report: Dict[str, Any] = {"bundle": str(directory), "ok": False, "files": {},
+                              "problems": [], "unlisted": []}
+    try:
+        manifest = read_manifest(directory)
+    except (ValueError, OSError) as exc:
+        report["problems"].append(str(exc))
+        return report
+    if manifest is None:
+        report["problems"].append(f"{str(directory)!r} has no {MANIFEST}: not a laya_edge bundle")
+        return report
+    listed = manifest.get("files") or {}
+    needed = [*read_files(Path(directory), manifest),
+              *(name for entry in (manifest.get("variants") or {}).values()
+                for name in entry.get("files", []))]
+    for relative in sorted({*listed, *needed}):
+        try:
+            check_file(directory, manifest, relative, records=False)
+            report["files"][relative] = "ok"
+        except (ValueError, OSError) as exc:
+            report["files"][relative] = str(exc)
+            report["problems"].append(str(exc))
+    report["unlisted"] = [name for name in files_under(directory)
+                          if name != MANIFEST and name not in report["files"]]
+    report["ok"] = not report["problems"]
+    return report
+
+
+def check_lines(report: Dict[str, Any]) -> List[str]:
+    """The `check_bundle` report for a terminal."""
+    lines = [f"bundle     {report['bundle']}"]
+    lines += [f"  {'ok' if state == 'ok' else 'FAILED':<7} {name}"
+              for name, state in report["files"].items()]
+    lines += [f"  unlisted {name} (not read by the runtime)" for name in report["unlisted"]]
+    lines.append(f"verified: all {len(report['files'])} files match {MANIFEST}" if report["ok"]
+                 else f"FAILED: {len(report['problems'])} problem(s)")
     return lines

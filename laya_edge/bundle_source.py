@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .bundle_format import (CONFIG, GRAPH, MANIFEST, TOKENIZER_DIR, TOKENIZER_FILES, check_files,
-                            inside, read_manifest, sha256_file, sidecar)
+                            check_present, inside, read_manifest, sha256_file, sidecar)
 
 HUB_FILES = (CONFIG, f"{TOKENIZER_DIR}/*", MANIFEST, "laya*.onnx", "laya*.onnx.data")
 
@@ -91,9 +91,11 @@ def _variants(directory: Path, onnx_path: Optional[str],
                     for precision, entry in listed.items()}
         present = {precision: graph for precision, graph in variants.items() if graph.is_file()}
         # fp32 is the bundle's reference graph: listed but gone means a damaged bundle. A
-        # bundle exported with --ship may leave it out and carry only reduced variants.
+        # bundle exported with --ship may leave it out and carry only reduced variants; then
+        # the missing graph named is the first of those.
         if ("fp32" in variants and "fp32" not in present) or not present:
-            raise _missing_graph(listed.get("fp32", {"files": [GRAPH]})["files"][0])
+            gone = "fp32" if "fp32" in variants else next(iter(variants), None)
+            raise _missing_graph(listed[gone]["files"][0] if gone else GRAPH)
         return present
     candidate = Path(onnx_path or GRAPH)
     if not candidate.is_absolute() and (directory / candidate).is_file():
@@ -173,16 +175,23 @@ def resolve(model_id_or_path: str, onnx_path: Optional[str] = None,
 
 def verify(source: Source, graph: Path, expected_sha256: Optional[Dict[str, str]]) -> None:
     """Check every file about to be parsed (config, tokenizer, `graph`) before it is parsed:
-    the caller's pins, then the bundle manifest's hashes."""
+    the caller's pins, then that every file the bundle manifest lists is there, then the
+    manifest's hashes."""
     directory, manifest = source.directory, source.manifest
     verify_expected(directory, expected_sha256, graph)
     if manifest is None:
         return
+    check_present(directory, manifest)
+    check_files(directory, manifest, [*read_files(directory, manifest),
+                                      *_graph_files(directory, graph)])
+
+
+def read_files(directory: Path, manifest: Dict[str, Any]) -> List[str]:
+    """The bundle files every load parses besides a graph: the config and every tokenizer file
+    the runtime reads, listed or not (tokenizer.json always; the two JSON configs when present),
+    plus every listed tokenizer file; each must be listed and match."""
     listed = manifest.get("files") or {}
-    # Every tokenizer file the runtime reads, listed or not: a file it parses must be listed
-    # (tokenizer.json always; the two JSON configs when present), and every listed one must match.
     read = [f"{TOKENIZER_DIR}/{name}" for name in TOKENIZER_FILES
             if name == "tokenizer.json" or (directory / TOKENIZER_DIR / name).is_file()]
-    tokenizer_files = sorted({*read, *(path for path in listed
-                                       if path.startswith(f"{TOKENIZER_DIR}/"))})
-    check_files(directory, manifest, [CONFIG, *tokenizer_files, *_graph_files(directory, graph)])
+    return [CONFIG, *sorted({*read, *(path for path in listed
+                                      if path.startswith(f"{TOKENIZER_DIR}/"))})]

@@ -1,54 +1,24 @@
-"""`python -m laya_edge` / `laya-edge`: answer, route and inspect from a shell or a build pipeline.
+"""`python -m laya_edge` / `laya-edge`: answer, route, inspect and verify from a shell or a pipeline.
 
-Exit codes: 0 success; 1 the work failed (a bundle that cannot load, an inference error); 2 bad
-usage or input (unreadable JSON, a missing file, an invalid question), reported before any model
-loads. Errors are one line on stderr, prefixed with the program name.
+Exit codes: 0 success; 1 the work failed (a bundle that cannot load or fails `verify`, an
+inference error, an address `serve` cannot listen on); 2 bad usage or input (an unknown option
+value, unreadable JSON or state text, a missing file, an invalid question), reported before any
+model loads. Errors are one line on stderr, prefixed with the program name; so are the warnings
+the runtime raises while a command runs (`laya-edge: warning: ...`).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-PROG = "laya-edge"
-
-
-class InputError(ValueError):
-    """Bad input from the command line: exit code 2."""
-
-
-def read_json(argument: str, what: str) -> Any:
-    """JSON from a file path, or inline JSON text (an argument starting with `{` or `[`)."""
-    text = argument
-    if not argument.lstrip().startswith(("{", "[")):
-        path = Path(argument)
-        if not path.is_file():
-            raise InputError(f"{what}: no such file {argument!r}")
-        text = path.read_text(encoding="utf-8")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what}: invalid JSON in {argument!r} (line {exc.lineno}, column "
-                         f"{exc.colno}: {exc.msg})") from None
-
-
-def read_state(args: argparse.Namespace) -> Any:
-    """The state from --state, --state-file (parsed when it ends in .json) or stdin."""
-    if args.state is not None:
-        return args.state
-    if args.state_file is not None:
-        path = Path(args.state_file)
-        if path.suffix.lower() == ".json":
-            return read_json(str(path), "--state-file")
-        if not path.is_file():
-            raise InputError(f"--state-file: no such file {args.state_file!r}")
-        return path.read_text(encoding="utf-8")
-    if sys.stdin is None or sys.stdin.isatty():
-        raise InputError("no state: pass --state TEXT, --state-file FILE, or pipe it on stdin")
-    return sys.stdin.read()
+from .cli_args import PROG, build_parser
+from .cli_input import InputError, read_json, read_state
 
 
 def router_from_config(spec: Optional[str], require_models: bool, **overrides: Any) -> Any:
@@ -104,21 +74,28 @@ def import_hooks(specs: Sequence[str]) -> List[Any]:
 
 
 def serving_router(spec: Optional[str], device: Optional[str], precision: Optional[str],
-                   hooks: List[Any]) -> Any:
-    """The Router a service answers with: from a router config, the built-in setup, or one
-    bundle directory served under both the English and the multilingual name."""
+                   hooks: List[Any]) -> Callable[[], Any]:
+    """What builds the Router a service answers with: from a router config, the built-in setup,
+    or one bundle directory served under both the English and the multilingual name. The input
+    is checked now; a bundle loads when the returned function is called."""
     if spec is None or spec.lower().endswith(".json"):
-        return router_from_config(spec, spec is not None, device=device, precision=precision,
-                                  hooks=hooks)
+        router = router_from_config(spec, spec is not None, device=device, precision=precision,
+                                    hooks=hooks)
+        return lambda: router
     check_bundle_dir(spec)
-    from .onnx_agent import ONNXAgent
-    from .router import Router
 
-    router = Router(hooks=hooks)
-    agent = ONNXAgent(spec, device=device, precision=precision)
-    for name in ("english", "multilingual"):
-        router.attach(name, agent)
-    return router
+    def build() -> Any:
+        from .onnx_agent import ONNXAgent
+        from .router import Router
+
+        # registered under its path too, so routing.repo names the bundle that answers
+        router = Router(models={"english": spec, "multilingual": spec}, hooks=hooks)
+        agent = ONNXAgent(spec, device=device, precision=precision)
+        for name in ("english", "multilingual"):
+            router.attach(name, agent)
+        return router
+
+    return build
 
 
 def emit(data: Any, as_json: bool, table: str) -> None:
@@ -164,18 +141,34 @@ def cmd_route(args: argparse.Namespace) -> int:
     return 0
 
 
+def bundle_directory(argument: str) -> Path:
+    """The BUNDLE argument of `inspect` and `verify`: it must be a directory."""
+    if not Path(argument).is_dir():
+        raise InputError(f"{argument!r} is not a bundle directory")
+    return Path(argument)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .bundle_report import describe_bundle, summary_lines
 
-    directory = Path(args.bundle)
-    if not directory.is_dir():
-        raise InputError(f"{args.bundle!r} is not a bundle directory")
+    directory = bundle_directory(args.bundle)
     try:
         report = describe_bundle(directory, args.device, args.precision)
     except (ValueError, FileNotFoundError) as exc:
         raise InputError(str(exc)) from None
     emit(report, args.json, "\n".join(summary_lines(report)))
     return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """The report on stdout; each problem also as an error line on stderr, and exit 1."""
+    from .bundle_report import check_bundle, check_lines
+
+    report = check_bundle(bundle_directory(args.bundle))
+    emit(report, args.json, "\n".join(check_lines(report)))
+    for problem in report["problems"]:
+        _fail(problem, 1)
+    return 0 if report["ok"] else 1
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -201,34 +194,61 @@ def ray_setup(spec: Optional[str]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
 
 
 def serve_on_ray(args: argparse.Namespace, hooks: List[Any], api_key: Optional[str],
-                 limits: Any, announcement: str) -> int:
-    try:
-        import ray
-        from ray import serve
-    except ImportError as exc:
-        raise ImportError(f"--engine ray needs its extra: pip install 'laya-edge[ray]' ({exc})") \
-            from None
-    from .serving.ray import NAME, deployment
-
+                 limits: Any, announcement: str) -> Callable[[], int]:
+    """What starts Ray Serve replicas, each building its own Router; the models are checked
+    now, Ray starts when the returned function is called."""
     models, options = ray_setup(args.model)
     options.update(device=args.device, precision=args.precision, hooks=hooks or None)
-    print(announcement, file=sys.stderr, flush=True)
-    ray.init(address=args.ray_address)
-    serve.start(http_options={"host": args.host, "port": args.port})
-    serve.run(deployment(models, replicas=args.replicas, num_cpus=args.num_cpus,
-                         num_gpus=args.num_gpus, api_key=api_key, limits=limits,
-                         router_kwargs=options), name=NAME, route_prefix="/", blocking=True)
-    return 0
+
+    def start() -> int:
+        try:
+            import ray
+            from ray import serve
+        except ImportError as exc:
+            raise ImportError(f"--engine ray needs its extra: pip install 'laya-edge[ray]' "
+                              f"({exc})") from None
+        from .serving.ray import NAME, deployment
+
+        print(announcement, file=sys.stderr, flush=True)
+        ray.init(address=args.ray_address)
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(deployment(models, replicas=args.replicas, num_cpus=args.num_cpus,
+                             num_gpus=args.num_gpus, api_key=api_key, limits=limits,
+                             router_kwargs=options), name=NAME, route_prefix="/", blocking=True)
+        return 0
+
+    return start
+
+
+def serve_on_uvicorn(args: argparse.Namespace, hooks: List[Any], api_key: Optional[str],
+                     limits: Any, announcement: str) -> Callable[[], int]:
+    """What serves one Router with uvicorn; the model is checked now, loaded (and uvicorn
+    started) when the returned function is called."""
+    from .serving.http import run
+
+    build = serving_router(args.model, args.device, args.precision, hooks)
+
+    def start() -> int:
+        router = build()
+        print(announcement, file=sys.stderr, flush=True)
+        run(router, args.host, args.port, api_key, limits, args.log_level,
+            preload=("english", "multilingual") if args.preload else ())
+        return 0
+
+    return start
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Input first (exit 2), then the address (exit 1), then the models load and serving
+    starts."""
     try:  # checked before any model loads
+        import pydantic  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"the HTTP service needs its extra: pip install 'laya-edge[serve]' "
                           f"({exc})") from None
-    from .serving.http import API_KEY_ENV, Limits, run
+    from .serving.http import API_KEY_ENV, Limits
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
                     max_concurrent=args.max_concurrent)
@@ -237,95 +257,57 @@ def cmd_serve(args: argparse.Namespace) -> int:
     announcement = (f"{PROG}: serving POST /v1/systemone on http://{args.host}:{args.port} with "
                     f"{args.engine} (bearer auth "
                     f"{'on' if api_key else f'off; set {API_KEY_ENV} to require a token'})")
-    if args.engine == "ray":
-        return serve_on_ray(args, hooks, api_key, limits, announcement)
-    router = serving_router(args.model, args.device, args.precision, hooks)
-    if args.preload:
-        router.preload(["english", "multilingual"])
-    print(announcement, file=sys.stderr, flush=True)
-    run(router, args.host, args.port, api_key, limits, args.log_level)
-    return 0
+    engine = serve_on_ray if args.engine == "ray" else serve_on_uvicorn
+    start = engine(args, hooks, api_key, limits, announcement)
+    check_address(args.host, args.port)
+    return start()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def check_address(host: str, port: int) -> None:
+    """Bind the address once, as uvicorn will, before any model loads: a port in use or a host
+    that does not resolve fails here, not after `serving on ...` was printed."""
+    import socket
 
-    predict = commands.add_parser("predict", help="answer questions about one state")
-    predict.add_argument("--model", required=True,
-                         help="bundle directory, or a router config .json ({\"models\": ...})")
-    source = predict.add_mutually_exclusive_group()
-    source.add_argument("--state", help="the state as text")
-    source.add_argument("--state-file", help="read the state from a file (.json is parsed)")
-    predict.add_argument("--questions", required=True,
-                         help="questions: a JSON file, or inline JSON")
-    _device_options(predict)
-    predict.add_argument("--json", action="store_true", help="JSON even on a terminal")
-    predict.set_defaults(handler=cmd_predict)
-
-    route = commands.add_parser("route", help="which checkpoint a text goes to, and why "
-                                               "(loads no model)")
-    route.add_argument("text")
-    route.add_argument("--lang", help="a language code the caller already knows")
-    route.add_argument("--model", help="router config .json (default: the built-in checkpoints)")
-    route.add_argument("--json", action="store_true", help="JSON even on a terminal")
-    route.set_defaults(handler=cmd_route)
-
-    inspect = commands.add_parser("inspect", help="a bundle's manifest, variants and how it "
-                                                  "would run here")
-    inspect.add_argument("bundle")
-    _device_options(inspect)
-    inspect.add_argument("--json", action="store_true", help="JSON even on a terminal")
-    inspect.set_defaults(handler=cmd_inspect)
-
-    demo = commands.add_parser("demo", help="the shipped demo model on a few support tickets: "
-                                            "routing, hooks, answers, timings (no network)")
-    demo.add_argument("--models", help="a folder with demo.json and its bundles (default: the "
-                                       "checkout's models/)")
-    demo.add_argument("--json", action="store_true", help="one JSON document instead of prose")
-    demo.set_defaults(handler=cmd_demo)
-
-    serve = commands.add_parser("serve", help="an HTTP service speaking upstream's POST "
-                                              "/v1/systemone (extra: laya-edge[serve])")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--model", help="bundle directory, or a router config .json "
-                                       "(default: the built-in checkpoints)")
-    _device_options(serve)
-    serve.add_argument("--hooks", action="append", default=[], metavar="MODULE:ATTRIBUTE",
-                       help="install a hook object on the Router (repeatable)")
-    serve.add_argument("--preload", action="store_true",
-                       help="load the English and multilingual checkpoints before serving")
-    serve.add_argument("--max-body-bytes", type=int, default=1 << 20)
-    serve.add_argument("--max-questions", type=int, default=64)
-    serve.add_argument("--max-concurrent", type=int, default=8,
-                       help="requests answered at once; more get 503")
-    serve.add_argument("--engine", choices=("uvicorn", "ray"), default="uvicorn",
-                       help="uvicorn: one process (default); ray: Ray Serve replicas with "
-                            "request batching (extra: laya-edge[ray])")
-    serve.add_argument("--replicas", type=int, default=1, help="--engine ray: replicas")
-    serve.add_argument("--num-cpus", type=float, default=1.0,
-                       help="--engine ray: CPUs per replica")
-    serve.add_argument("--num-gpus", type=float, default=0.0,
-                       help="--engine ray: GPUs per replica")
-    serve.add_argument("--ray-address", help="--engine ray: an existing cluster (default: "
-                                             "start a local Ray instance)")
-    serve.add_argument("--log-level", default="info",
-                       choices=("critical", "error", "warning", "info", "debug"))
-    serve.set_defaults(handler=cmd_serve)
-
-    return parser
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except (OSError, OverflowError, UnicodeError) as exc:
+        raise OSError(f"cannot listen on {host}:{port} ({getattr(exc, 'strerror', None) or exc}); "
+                      "free the port or pass another --port or --host") from None
 
 
-def _device_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", help="auto (default), cpu, cuda[:N], tensorrt[:N]")
-    parser.add_argument("--precision", help="auto (default), fp32, fp16, int8")
+HANDLERS = {"predict": cmd_predict, "route": cmd_route, "inspect": cmd_inspect,
+            "verify": cmd_verify, "demo": cmd_demo, "serve": cmd_serve}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command line: usage errors exit 2 from argparse; the rest as the module says."""
+    args = build_parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    with warnings_as_lines():
+        return _run(args)
+
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """While a command runs, each Python warning it raises (any category, from any code the
+    command calls) is one `laya-edge: warning: ...` line on stderr instead of Python's
+    `file:line: Category: ...` with a source line; the filters in force still decide which are
+    shown. The previous display and filters are back afterwards."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        yield
+
+
+def _show_warning(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+                  line: Optional[str] = None) -> None:
+    print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
-        return args.handler(args)
+        return HANDLERS[args.command](args)
     except InputError as exc:
         return _fail(str(exc), 2)
     except BrokenPipeError:

@@ -12,18 +12,19 @@ thread-safe.
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence
 
-
 from .bundle_format import MIN_MARKERS
+from .controls import head_max_len_error, warn_head_max_len
+from .questions import OPTION_TOKENS, Question, check_unicode, dumps_nested, render_options
+from .tokenizer import SpecialToken, load_tokenizer, read_json, special_tokens
 
 if TYPE_CHECKING:
     import numpy as np
-from .questions import OPTION_TOKENS, Question, check_unicode, dumps_nested, render_options
-from .tokenizer import SpecialToken, load_tokenizer, read_json, special_tokens
 
 INSTRUCTION_FLOOR = 8
 OPTION_BUDGET_FLOOR = 16
@@ -45,6 +46,8 @@ class Head(NamedTuple):
     options: int
     options_distinct: int
     tokens_per_option: Optional[int]
+    # instruction tokens cut to fit head_max_len (upstream cuts them silently; we warn)
+    instruction_dropped: int = 0
 
 
 class Row(NamedTuple):
@@ -147,14 +150,15 @@ class Encoder:
                              (head_max_len - OPTION_BUDGET_FLOOR) // max(1, len(options)))
             options = [option[:per_option] for option in options]
             budget = head_max_len - sum(len(option) for option in options)
-        ids = [self.cls.id] + instruction[:max(INSTRUCTION_FLOOR, budget)] + [self.sep.id]
+        kept = instruction[:max(INSTRUCTION_FLOOR, budget)]
+        ids = [self.cls.id] + kept + [self.sep.id]
         markers = []
         for option in options:
             markers.append(len(ids))
             ids.extend(option)
         ids.append(self.sep.id)
         return Head(ids, markers, len(options), len({tuple(option) for option in options}),
-                    per_option)
+                    per_option, len(instruction) - len(kept))
 
     def row(self, head: Head, qtype: int, state_ids: List[int], keep_tail: bool,
             max_len: int) -> Row:
@@ -164,6 +168,27 @@ class Encoder:
         ids = (head.ids + kept + [self.sep.id])[:max_len]
         markers = [m for m in head.markers if m < max_len]
         return Row(ids, markers, qtype, len(state_ids), len(state_ids) - len(kept))
+
+
+def question_heads(encoder: Encoder, questions: Dict[Any, Question],
+                   head_max_len: Any) -> Dict[Any, Head]:
+    """Each question's head, once per call, warning about instructions cut to fit
+    `head_max_len` (the answer is upstream's, from the instruction's first tokens only)."""
+    warn_head_max_len(head_max_len)
+    try:
+        heads = {qid: encoder.head(question, head_max_len) for qid, question in questions.items()}
+    except TypeError:
+        error = head_max_len_error(head_max_len)
+        if error is None:
+            raise
+        raise error from None
+    for qid, head in heads.items():
+        if head.instruction_dropped:
+            warnings.warn(f"question {qid!r}: {head.instruction_dropped} instruction tokens do not "
+                          f"fit in head_max_len={head_max_len} and are dropped, so the model reads "
+                          "only the first part of the question; shorten it or raise head_max_len",
+                          RuntimeWarning, stacklevel=3)
+    return heads
 
 
 def state_room(head: Head, max_len: int) -> int:

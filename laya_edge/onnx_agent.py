@@ -13,15 +13,18 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .bundle_format import CONFIG, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir, check_config
+from .bundle_format import (CONFIG, MANIFEST, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir,
+                            check_config, sha256_file)
 from .bundle_source import resolve, verify
 from .confidence import apply_gate, check_min_confidence
 from .decode import Temperatures, act_probabilities, decode_state, empty_payload
 from .device_run import run
-from .encode import Encoder, Row, collate, encode_rows, length_groups, state_room
+from .controls import check_batch_size, check_lang, check_max_len, check_positions
+from .encode import (Encoder, Row, collate, encode_rows, length_groups, question_heads,
+                     state_room)
 from .hooks import HookArg, HookRegistry, PredictContext, PredictHookArg
 from .lifecycle import run_predict
-from .questions import normalise, parse_questions
+from .questions import normalise, parse_questions, warn_unknown_keys
 from .session import Plan, create_session, dual_install, plan, session_device
 from .session_cache import Setting as CacheSetting
 from .session_cache import cache_root
@@ -76,11 +79,16 @@ class ONNXAgent(HookRegistry):
                          providers, provider_options, gpu_mem_limit=gpu_mem_limit)
         self._variants = dict(source.variants)
         verify(source, self.plan.graph, expected_sha256)
+        self._source_info = {
+            "path": str(self.directory.resolve()), "revision": self.revision,
+            "manifest_sha256": sha256_file(self.directory / MANIFEST) if self.manifest else None,
+            "created": (self.manifest or {}).get("created")}
         with open(self.directory / CONFIG, encoding="utf-8") as handle:
             self.cfg = json.load(handle)
         check_config(self.cfg, model_id_or_path)
         self.max_len = int(self.cfg.get("max_len", DEFAULT_MAX_LEN))
         self.head_max_len = int(self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN))
+        self.max_positions = (self.manifest or {}).get("graph", {}).get("max_positions")
         self.temperatures = Temperatures(self.cfg, lang_temperatures)
         self.encoder = Encoder.from_directory(self.directory / TOKENIZER_DIR)
         self.session, self.plan = self._open_session(
@@ -102,10 +110,16 @@ class ONNXAgent(HookRegistry):
         """Per-language temperature overrides, keyed by base language (empty when none)."""
         return self.temperatures.lang_temperatures
 
+    def source_info(self) -> Dict[str, Any]:
+        """Where this agent's model came from: the bundle directory, the hub revision, and the
+        manifest's SHA-256 and creation time (None for a checkpoint plus a graph, no manifest),
+        so an answer can be traced to the exact bundle that gave it."""
+        return dict(self._source_info)
+
     def runtime_info(self) -> Dict[str, Any]:
         """What this agent runs on and why: device (read back from the session's first active
-        provider), precision, graph, active providers."""
-        return {"device": session_device(self.session), "device_id": self.plan.device_id,
+        provider), precision, graph, active providers, and the model's `source_info`."""
+        return {"source": self.source_info(), "device": session_device(self.session), "device_id": self.plan.device_id,
                 "precision": self.plan.precision, "graph": str(self.graph_path),
                 "providers": self.session.get_providers(),
                 "available_variants": sorted(self._variants), "reasons": list(self.plan.reasons),
@@ -172,18 +186,20 @@ class ONNXAgent(HookRegistry):
             return []
         if not questions:
             return [empty_payload() for _ in states]
-        parsed = parse_questions(questions)
-        max_len = self.max_len if max_len is None else max_len
+        max_len = self.max_len if check_max_len(max_len) is None else max_len
         head_max_len = self.head_max_len if head_max_len is None else head_max_len
-        heads = {qid: self.encoder.head(question, head_max_len)
-                 for qid, question in parsed.items()}
-        chunk = batch_size if batch_size and batch_size > 0 else len(states)
+        chunk, lang = check_batch_size(batch_size) or len(states), check_lang(lang)
+        parsed = parse_questions(questions)
+        warn_unknown_keys(questions)
+        heads = question_heads(self.encoder, parsed, head_max_len)
         reorder = sort_by_length and 1 < chunk < len(states)
         window = chunk * 8 if reorder else chunk
         results: List[Dict[str, Any]] = []
         for start in range(0, len(states), window):
             part = states[start:start + window]
             encoded = encode_rows(self.encoder, part, parsed, heads, max_len, head_max_len)
+            check_positions(max(len(row.ids) for rows in encoded for row in rows), max_len,
+                            self.max_positions)
             order = list(range(len(part)))
             if reorder:
                 order.sort(key=lambda i: max(len(row.ids) for row in encoded[i]))
@@ -255,6 +271,7 @@ class ONNXAgent(HookRegistry):
                             f"{type(questions).__name__}")
         if aggregate != "auto":
             raise ValueError("predict_long: only aggregate='auto' is supported")
+        batch_size, lang = check_batch_size(batch_size), check_lang(lang)
         parsed = parse_questions(questions)
         max_len, head_max_len = self.max_len, self.head_max_len
         rooms = [state_room(self.encoder.head(q, head_max_len), max_len) for q in parsed.values()]

@@ -22,7 +22,9 @@ def answer_label(answer: Dict[str, Any], question: Dict[str, Any]) -> str:
 
 
 def answers_table(payload: Dict[str, Any], questions: Dict[str, Any]) -> str:
-    rows = [("question", "type", "answer", "confidence")]
+    """One row per answer. The last column is the answer's `answer_confidence` and is named so:
+    the payload's `confidence` is a different figure (docs/cli.md#predict)."""
+    rows = [("question", "type", "answer", "answer_confidence")]
     for key, answer in payload.get("answers", {}).items():
         rows.append((str(key), str(answer.get("type", "")),
                      answer_label(answer, questions.get(key, {})),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import warnings
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 QTYPES = {"choice": 0, "score": 1, "noul": 2}
@@ -186,6 +187,12 @@ def unknown_key_warnings(questions: Any) -> List[str]:
             messages.append(f"question {qid!r}: key {key!r} is not a question key and is "
                             f"ignored; {hint}")
     return messages
+
+
+def warn_unknown_keys(questions: Any) -> None:
+    """`unknown_key_warnings` as RuntimeWarnings (each distinct message once per process)."""
+    for message in unknown_key_warnings(questions):
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def normalise(definition: Dict[str, Any]) -> Question:

@@ -105,7 +105,9 @@ class Residency:
             gc.collect()
         return evicted
 
-    def _source_for_build(self, key: str) -> Tuple[Any, Dict[str, Any]]:
+    def source_for_build(self, name: str) -> Tuple[Any, Dict[str, Any]]:
+        """`(repo or path, agent options)` the Router would build checkpoint `name` from."""
+        key = self.resolve(name)
         with self._lock:
             source = self.models.get(key)
             if source is None:
@@ -154,7 +156,7 @@ class Residency:
                         self._touch(key)
                         self._finish_build(key, build)
                         return self._agents[key]
-                repo, kwargs = self._source_for_build(key)
+                repo, kwargs = self.source_for_build(key)
                 built = self._agent_factory()(repo, **kwargs)
                 with self._lock:
                     if key in self._agents:  # attached while building: the attached one stays
@@ -164,15 +166,23 @@ class Residency:
                         self._order.append(key)
                         evicted = self._evict_locked()
                     agent = self._agents[key]
+                    self._load_failures.pop(key, None)
                     self._finish_build(key, build)
         except BaseException as exc:
             with self._lock:
                 build.error = exc
+                self._load_failures[key] = exc
                 self._finish_build(key, build)
             raise
         self._lifecycle("on_evict", evicted)
         self._lifecycle("on_load", [key], agent)
         return agent
+
+    def load_failures(self) -> Dict[str, BaseException]:
+        """The checkpoints whose last build failed, with the error (until one succeeds): what a
+        service reports as not loadable, and how it tells a failed load from a bad request."""
+        with self._lock:
+            return dict(self._load_failures)
 
     def _finish_build(self, key: str, build: _Build) -> None:
         if self._loading.get(key) is build:

@@ -18,6 +18,7 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .confidence import apply_gate, check_min_confidence
+from .controls import check_max_loaded
 from .hooks import (HookArg, HookCall, HookRegistry, PredictContext, PredictHookArg,
                     aggregate_usage, defaults_suppressed, normalise_hooks)
 from .lifecycle import end_group, run_predict
@@ -26,7 +27,7 @@ from .model_names import (BUNDLE_REPO, DEFAULT_MODELS, STANDALONE_MODELS, TYPED_
                           resolve_model_spec)
 from .registry import Registry, digests_from_env
 from .residency import ROUTER_OWNED_AGENT_ARGS, Residency, _Build, check_agent_kwargs
-from .routing import RouteDecision, Routing
+from .routing import RouteDecision, Routing, with_source
 
 # upstream's `laya.router` offers these names too: code importing them from there keeps working
 # with `laya_edge.router`
@@ -84,7 +85,7 @@ class Router(Registry, Residency, Routing, HookRegistry):
         self.sha256_digests: Dict[str, Any] = digests_from_env(list(self.models), self.resolve)
         self.sha256_digests.update({self.resolve(key): value
                                     for key, value in (sha256_digests or {}).items()})
-        self.max_loaded = max(1, int(max_loaded))
+        self.max_loaded = check_max_loaded(max_loaded)
         self.default = self.resolve(default)
         self.auto_task_detection = bool(auto_task_detection)
         self.lang_guess = lang_guess
@@ -93,6 +94,7 @@ class Router(Registry, Residency, Routing, HookRegistry):
         self._lock = threading.RLock()
         self._build_lock = threading.Lock()
         self._loading: Dict[str, _Build] = {}
+        self._load_failures: Dict[str, BaseException] = {}
         if preload:
             self.preload()
 
@@ -113,8 +115,8 @@ class Router(Registry, Residency, Routing, HookRegistry):
                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
                 overwrite_routing: bool = True) -> Dict[str, Any]:
         """The predict lifecycle of one routed request (route and load already done)."""
-        decision = dict(routing)
-        agent = self.load(decision["model"])
+        agent = self.load(routing["model"])
+        decision = with_source(routing, agent)
         ctx = PredictContext(states=[state], questions=questions, decision=dict(decision),
                              model=decision["model"], agent=agent, router=self, max_len=max_len,
                              head_max_len=head_max_len)
@@ -233,6 +235,8 @@ class Router(Registry, Residency, Routing, HookRegistry):
         answered = 0
         for key, indices in checkpoint_groups.items():
             agent = self.load(key)
+            for i in indices:
+                decisions[i] = with_source(decisions[i], agent)
             started: List[PredictContext] = []
             try:
                 for i in indices:

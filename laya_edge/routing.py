@@ -46,6 +46,16 @@ class RouteDecision(dict):
         return f"RouteDecision(model={self['model']!r}, reason={self['reason']!r})"
 
 
+def with_source(decision: Dict[str, Any], agent: Any) -> RouteDecision:
+    """`decision` plus `source`: where the answering agent's model came from, when the agent
+    can say (`ONNXAgent.source_info`). `repo` stays the registered name, as upstream reports it;
+    an agent attached under a built-in name answers from somewhere else."""
+    source_info = getattr(agent, "source_info", None)
+    if not callable(source_info):
+        return RouteDecision(decision)
+    return RouteDecision(decision, source=source_info())
+
+
 class Routing:
     """Route decisions of a Router (mixed into `Router`)."""
 

@@ -48,7 +48,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "models")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(write_demo_models(args.out, args.seed))
+    from laya_edge.export.logs import progress_on_stderr
+
+    with progress_on_stderr("laya_edge.export", "laya_edge.export"):
+        print(write_demo_models(args.out, args.seed))
     return 0
 
 

@@ -589,6 +589,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    from laya_edge.export.logs import progress_on_stderr
+
+    with progress_on_stderr("laya_edge.export", "laya_edge.export"):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     bundle = args.models / BUNDLE_NAME
     data = splits(args.seed, args.train_tickets, args.calib_tickets, args.test_tickets)
     if args.evaluate_only:

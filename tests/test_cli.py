@@ -57,7 +57,8 @@ def test_predict_prints_a_table_on_a_terminal(capsys, monkeypatch, bundle, quest
                        questions_file, terminal=True, monkeypatch=monkeypatch)
     payload = laya_edge.ONNXAgent(bundle).system_one(STATE, QUESTIONS)["answers"]
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["question", "type", "answer", "confidence"]
+    # the column shows answer_confidence and is named so: the payload's confidence differs
+    assert code == 0 and lines[0].split() == ["question", "type", "answer", "answer_confidence"]
     dept = next(line for line in lines if line.startswith("dept"))
     assert dept.split()[2] == payload["dept"]["choice"]
     assert dept.split()[3] == f"{payload['dept']['answer_confidence']:.2f}"

@@ -28,7 +28,7 @@ from laya_edge import bundle_format as fmt  # noqa: E402
 from laya_edge.export import ExportOptions, Progress, VerificationError, export_bundle  # noqa: E402
 from laya_edge.export import __main__ as cli  # noqa: E402
 from laya_edge.export import checkpoint as ckpt  # noqa: E402
-from laya_edge.export import pipeline, verify  # noqa: E402
+from laya_edge.export import graph_limits, pipeline, verify  # noqa: E402
 from laya_edge.export.graph import DEFAULT_OPSET  # noqa: E402
 from laya_edge.export.probes import probe_cases  # noqa: E402
 from laya_edge.export.reference import Reference  # noqa: E402
@@ -320,7 +320,7 @@ def test_manifest_graph_contract_opset_and_versions(bundles, checkpoints, kind):
     encoder = json.loads((checkpoints[kind] / "encoder" / "config.json").read_text())
     assert ranges["sequence"]["max"] == min(int(config.get("max_len", 512)),
                                             int(encoder["max_position_embeddings"]))
-    assert ranges["batch"] == pipeline.DEFAULT_SHAPES["batch"]
+    assert ranges["batch"] == graph_limits.DEFAULT_SHAPES["batch"]
 
     model = onnx.load(str(bundle / fmt.GRAPH), load_external_data=False)
     opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}

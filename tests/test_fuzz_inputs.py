@@ -78,22 +78,67 @@ def answer_or_refuse(call, asked):
     return payload
 
 
-@FUZZ
-@given(state=states, asked=questions)
-def test_any_state_and_questions(agent, state, asked):
-    answer_or_refuse(lambda: agent.system_one(state, asked), asked)
+def run_counted(check, **strategies) -> int:
+    """Run `check` on FUZZ's examples of `strategies`; how many ran (the count is printed, and
+    must be most of FUZZ's budget: a strategy that filters away its own examples proves little)."""
+    ran = [0]
+
+    @FUZZ
+    @given(**strategies)
+    def counted(**values):
+        ran[0] += 1
+        check(**values)
+
+    counted()
+    print(f"{check.__name__}: {ran[0]} examples")
+    assert ran[0] >= FUZZ.max_examples // 2
+    return ran[0]
 
 
-@FUZZ
-@given(state=st.text(max_size=200), asked=questions)
-def test_any_questions_in_a_batch(agent, state, asked):
-    try:
-        results = agent.predict_batch([state, state], asked)
-    except (TypeError, ValueError) as exc:
-        assert str(exc).strip()
-        return
-    for payload in results:
-        check_payload(payload, asked)
+def test_any_state_and_questions(agent):
+    def state_and_questions(state, asked):
+        answer_or_refuse(lambda: agent.system_one(state, asked), asked)
+
+    run_counted(state_and_questions, state=states, asked=questions)
+
+
+def test_any_questions_in_a_batch(agent):
+    def questions_in_a_batch(state, asked):
+        try:
+            results = agent.predict_batch([state, state], asked)
+        except (TypeError, ValueError) as exc:
+            assert str(exc).strip()
+            return
+        for payload in results:
+            check_payload(payload, asked)
+
+    run_counted(questions_in_a_batch, state=st.text(max_size=200), asked=questions)
+
+
+CONTROL_NAMES = ("max_len", "head_max_len", "batch_size", "lang", "sort_by_length",
+                 "min_confidence")
+control_values = st.one_of(scalars, st.integers(-5, 3000), st.lists(scalars, max_size=2),
+                           st.dictionaries(st.text(max_size=8), scalars, max_size=2))
+controls = st.fixed_dictionaries({}, optional={name: control_values for name in CONTROL_NAMES})
+ASKED = {"urgent": {"type": "noul", "instructions": "Is this urgent?"},
+         "dept": {"type": "choice", "instructions": "Which team?",
+                  "criteria": {"billing": "money", "tech": "bugs"}}}
+
+
+def test_any_controls(agent):
+    """Any value in any control: an answer, or a TypeError/ValueError naming a control it was
+    given (never a message from inside Python, numpy or onnxruntime)."""
+    def any_control_values(state, options):
+        try:
+            results = agent.predict_batch([state, "second state"], ASKED, **options)
+        except (TypeError, ValueError) as exc:
+            named = [name for name in options if name in str(exc)]
+            assert named, f"{type(exc).__name__}: {exc} names none of {sorted(options)}"
+            return
+        for payload in results:
+            check_payload(payload, ASKED)
+
+    run_counted(any_control_values, state=st.text(max_size=300), options=controls)
 
 
 NOUL = {"type": "noul", "instructions": "Is this urgent?"}

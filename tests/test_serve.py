@@ -43,13 +43,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(router, api_key=None, limits=Limits()):
+def serving(router, api_key=None, limits=Limits(), **options):
     """`create_app(router)` on uvicorn in a thread, on a free loopback port; yields its URL."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(router, api_key, limits), host="127.0.0.1",
-                                           port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(router, api_key, limits, **options),
+                                           host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -147,10 +147,10 @@ def test_jev_confidence_matches_upstream_formula():
 
 
 @pytest.mark.parametrize("content, fragment", [
-    (b"{not json", "valid JSON"),
+    (b"{not json", "valid JSON: Expecting property name"),
     (b"[1, 2]", "JSON object"),
-    (b'{"questions": {"q": {"type": "noul", "instructions": "x"}}}', "'state' is required"),
-    (b'{"state": "x", "questions": []}', "'questions'"),
+    (b'{"state": "caf\xe9", "questions": {}}', "must be UTF-8 JSON (not valid utf-8 at byte 14)"),
+    (b'{"state": ' + b"1" * 5000 + b', "questions": {}}', "numbers of at most 4300 digits"),
 ])
 def test_malformed_bodies_are_400(url, content, fragment):
     response = httpx.post(f"{url}/v1/systemone", content=content,
@@ -235,7 +235,9 @@ def test_bearer_auth(bundles):
 def test_health_without_auth_reports_what_is_loaded(url):
     health = httpx.get(f"{url}/health").json()
     assert health["status"] == "ok" and health["version"] == laya_edge.__version__
-    assert {"english", "multilingual"} <= set(health["models"])
+    for name in ("english", "multilingual"):
+        assert health["models"][name]["loadable"] is True
+        assert health["models"][name]["loaded"] is (name in health["loaded"])
 
 
 def test_concurrent_requests_get_the_serial_answers(url, reference):

@@ -6,6 +6,7 @@ Exit status: 0 exported, 1 the export failed (the message says why), 2 bad argum
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -134,6 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Imported before the try: its except clauses name VerificationError, so an error raised
     # while reading the options (a bad --recipe) must not find the name unbound. Both modules
     # are cheap; torch is only imported once the export runs.
+    from .logs import progress_on_stderr
     from .pipeline import Progress, export_bundle
     from .verify import VerificationError
 
@@ -141,7 +143,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     try:
         options = options_from_args(args, parser)
-        summary = export_bundle(options, Progress(quiet=args.quiet))
+        with contextlib.ExitStack() as progress:
+            if not args.quiet:
+                progress.enter_context(progress_on_stderr("laya_edge.export", "laya_edge.export"))
+            summary = export_bundle(options, Progress(quiet=args.quiet))
         if args.triton_repo is not None:
             from .triton_repository import write_triton_repo
 

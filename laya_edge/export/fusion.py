@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import io
-import logging
 from pathlib import Path
 from typing import Any, Dict, Set
 
 from ..bundle_format import sidecar
 from .graph import strip_node_metadata
+from .logs import third_party_quiet
 
 
 def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
@@ -28,16 +28,11 @@ def fuse_for_ort(source: Path, target: Path, external: bool) -> Dict[str, int]:
     from .ort_rewrites import rewrite_for_ort_kernels
 
     model = onnxscript.ir.load(str(source))
-    quiet = logging.getLogger()
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # the constant folder's notes on ops it leaves alone
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            fused, counts = ort_fusions.optimize_for_ort(model)
-            packed = pack_attention_weights(fused)
-            counts.update(rewrite_for_ort_kernels(fused))
-    finally:
-        quiet.setLevel(level)
+    # the constant folder's notes on ops it leaves alone, and the fusions' prints
+    with third_party_quiet(), contextlib.redirect_stdout(io.StringIO()):
+        fused, counts = ort_fusions.optimize_for_ort(model)
+        packed = pack_attention_weights(fused)
+        counts.update(rewrite_for_ort_kernels(fused))
     onnxscript.ir.save(fused, str(target),
                        external_data=sidecar(target.name) if external else None)
     # One more pass over the saved protobuf (the weights file stays as it is).

@@ -63,7 +63,8 @@ def _dynamo(module: Any, args: tuple, path: Path, opset: int, external: bool) ->
               "qtype": {0: batch}}
     torch.onnx.export(module, args, str(path), dynamo=True, dynamic_shapes=shapes,
                       input_names=list(GRAPH_INPUTS), output_names=list(GRAPH_OUTPUTS),
-                      opset_version=opset, external_data=external, optimize=True)
+                      opset_version=opset, external_data=external, optimize=True,
+                      verbose=False)
     drop_node_metadata(path)
 
 

@@ -6,13 +6,10 @@ at the end, so a failed or interrupted export never leaves a half-written bundle
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
-import io
 import json
 import logging
 import shutil
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -29,14 +26,15 @@ from . import checkpoint as ckpt
 from .forward import readout_module, supports_readout
 from .fusion import fuse_for_ort
 from .graph import DEFAULT_OPSET, describe, export_graph
+from .graph_limits import position_limit, shape_ranges
 from .precision import VARIANT_FILES, WEIGHT_ONLY_SCHEMES, to_fp16, to_int8, to_int8_weight_only
 from .probes import probe_cases
+from .logs import third_party_quiet
 from .verify import require_pass, run_reference, verify_graph
 
+_log = logging.getLogger("laya_edge.export")
 READOUT = ("read-out: the last head layer evaluated at the option markers and position 0 only, "
            "head projection weights split")
-DEFAULT_SHAPES = {"batch": {"min": 1, "opt": 8, "max": 64},
-                  "markers": {"min": 2, "opt": 4, "max": 64}}
 
 
 @dataclass
@@ -64,41 +62,30 @@ class ExportOptions:
 
 
 class Progress:
-    """Stage timings, logged to stderr unless quiet."""
+    """Stage timings, logged to the `laya_edge.export` logger at INFO.
 
-    def __init__(self, quiet: bool = False, stream: Any = None):
+    Where the lines go is the logging set-up's choice (`python -m laya_edge.export` sends them
+    to stderr unless --quiet). `quiet` also keeps the third-party libraries' own notes out of
+    the user's logs (`logs.third_party_quiet`): a quiet build prints nothing on success."""
+
+    def __init__(self, quiet: bool = False):
         self.quiet = quiet
-        self.stream = stream or sys.stderr
         self.durations: Dict[str, float] = {}
-
-    @property
-    def chatter(self) -> Any:
-        """Where third-party progress printed to stdout goes: stdout is kept for --json."""
-        return io.StringIO() if self.quiet else self.stream
 
     def log(self, message: str) -> None:
         if not self.quiet:
-            print(f"[laya_edge.export] {message}", file=self.stream, flush=True)
+            _log.info(message)
 
     @contextmanager
     def muted(self) -> Iterator[None]:
-        """Under quiet, silence third-party chatter on stderr too.
-
-        torch.onnx, onnxscript and transformers report through `logging` (torch with its own
-        handler bound to the real stderr) and `warnings`; a quiet build must print nothing on
-        success. Log records up to WARNING are dropped and stderr is swallowed for the duration;
-        errors still surface as the exception the caller reports.
-        """
+        """Under quiet, the third-party libraries' notes are held back for the duration."""
         if not self.quiet:
             yield
             return
-        previous = logging.root.manager.disable
-        logging.disable(max(previous, logging.WARNING))
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):
-                yield
-        finally:
-            logging.disable(previous)
+        import torch  # noqa: F401 -- its import resets its loggers' levels, so it goes first
+
+        with third_party_quiet():
+            yield
 
     @contextmanager
     def stage(self, name: str, what: str) -> Iterator[None]:
@@ -163,20 +150,6 @@ def _copy_runtime_files(checkpoint: ckpt.Checkpoint, build: Path) -> None:
             shutil.copy2(source, target)
 
 
-def _shape_ranges(options: ExportOptions, reference: Any) -> Dict[str, Dict[str, int]]:
-    config = reference.agent.cfg
-    positions = getattr(reference.model.encoder.config, "max_position_embeddings", None)
-    longest = int(config.get("max_len", 512))
-    if positions:
-        longest = min(longest, int(positions))
-    ranges = {"batch": dict(DEFAULT_SHAPES["batch"]),
-              "sequence": {"min": 4, "opt": min(256, longest), "max": longest},
-              "markers": dict(DEFAULT_SHAPES["markers"])}
-    for axis, values in options.shape_ranges.items():
-        ranges.setdefault(axis, {}).update(values)
-    return ranges
-
-
 def export_bundle(options: ExportOptions, progress: Optional[Progress] = None) -> Dict[str, Any]:
     """Export `options.source` to `options.out` and return the run's summary."""
     progress = progress or Progress()
@@ -221,8 +194,7 @@ def _build(options: ExportOptions, build: Path,
         progress.log("export: the head has no pre-norm layers to evaluate at the read "
                      "positions only; exporting the model's own forward")
     module = readout_module(reference.model) if readout else reference.model
-    with progress.stage("export", f"torch.onnx.export ({options.exporter})"), \
-            contextlib.redirect_stdout(progress.chatter):
+    with progress.stage("export", f"torch.onnx.export ({options.exporter})"):
         graph_info = export_graph(module, runs[0].batch, graph_path,
                                   exporter=options.exporter, opset=options.opset,
                                   external_data=options.external_data, log=progress.log)
@@ -281,7 +253,8 @@ def _build(options: ExportOptions, build: Path,
         "special_tokens": {role: {"text": token.text, "id": token.id}
                            for role, token in specials.items()},
         "mask_token": specials["mask"].text,
-        "graph": dict(graph_info, shape_ranges=_shape_ranges(options, reference)),
+        "graph": dict(graph_info, shape_ranges=shape_ranges(options.shape_ranges, reference),
+                      **position_limit(reference)),
         "versions": _versions(),
         "variants": variants,
         "files": digests(build, [name for name in files_under(build) if name != MANIFEST],

@@ -6,12 +6,12 @@ like the fp32 graph itself; a variant that misses its thresholds fails the expor
 from __future__ import annotations
 
 import io
-import logging
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any, Iterator, List, Set, Tuple
 
 from ..bundle_format import sidecar
+from .logs import third_party_quiet
 
 VARIANT_FILES = {"fp16": "laya.fp16.onnx", "int8": "laya.int8.onnx"}
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -83,14 +83,8 @@ def to_fp16(source: Path, target: Path, external: bool) -> List[str]:
 def quiet_quantiser() -> Iterator[None]:
     """onnxruntime's quantisers print progress and log notices ("consider pre-processing") that
     the export's own progress lines already cover: silence both while one runs."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        with redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        root.setLevel(level)
+    with third_party_quiet(), redirect_stdout(io.StringIO()):
+        yield
 
 
 def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, embeddings: bool,

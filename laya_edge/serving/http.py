@@ -1,22 +1,29 @@
 """HTTP service: upstream laya's `POST /v1/systemone` wire format, answered by a Router.
 
-Install with `pip install "laya-edge[serve]"` (Starlette and uvicorn). Routes:
+Install with `pip install "laya-edge[serve]"` (Starlette, uvicorn, pydantic). Routes:
 
-- `GET /health`: liveness, always open; with a valid token (or no auth) also what is loaded.
+- `GET /health/live`: liveness, always open: the process is up.
+- `GET /health/ready` (and `GET /health`, for upstream's clients): 200 when a model can load
+  (with `preload`, when all of them are loaded), else 503 with the reason; with a valid token
+  (or no auth) also what is loaded and, per model, whether it can load (laya_edge.serving.health).
+- `GET /openapi.json`: the OpenAPI document of these routes and their request bodies.
 - `POST /v1/systemone`: `{"state", "questions", ...controls}` -> one result, as `Router.predict`.
 - `POST /v1/systemone/batch`: `{"states", "questions", ...controls}` ->
   `{"results", "total_usage"}`, as `Router.predict_batch` (one forward pass per question group).
 
-Controls a body may carry: `model`, `task`, `lang`, `lang_guess`, `max_len`, `head_max_len`,
-`min_confidence`. Anything else is refused (422) rather than ignored, hooks included: hooks are
-the operator's, installed on the Router (or process-wide) before `create_app`. Choice and score
-answers gain `x_jev_confidence` (`confidence.jev_confidence`), as upstream's server adds.
+Bodies are validated by their schema (laya_edge.serving.schema) before anything else reads them:
+a wrong type, a missing field or an unknown one (hooks included: hooks are the operator's,
+installed on the Router) is a 422 naming the field and the type it takes. Choice and score answers
+gain `x_jev_confidence` (`confidence.jev_confidence`), as upstream's server adds; a question key
+that nothing reads (a misspelt `"critera"`) is ignored, as upstream does, and named in an
+`X-Laya-Warning` response header, one per key.
 
 Every error is JSON `{"detail": "..."}`: 400 malformed body, 401 missing or wrong bearer token,
-408 body too slow, 413 over a size limit, 422 invalid question or control (the message names
-it), 503 over `max_concurrent` requests at once, 500 inference failed (details only in the log).
-Limits are checked before any inference; inference runs in worker threads (the Router and its
-agents are thread-safe), so a slow request does not block `/health`.
+408 body too slow, 413 over a size limit, 422 invalid field, question or control (the message
+names it), 503 over `max_concurrent` requests at once or the model failed to load, 500 inference
+failed (details only in the log). Limits are checked before any inference; inference runs in
+worker threads (the Router and its agents are thread-safe), so a slow request does not block
+the health routes.
 """
 from __future__ import annotations
 
@@ -27,20 +34,23 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from ..confidence import jev_confidence
 from ..encode import serialise_state
 
 API_KEY_ENV = "LAYA_EDGE_API_KEY"
-CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len", "min_confidence")
+WARNING_HEADER = "X-Laya-Warning"
+MAX_WARNING_HEADERS = 8
+MAX_WARNING_CHARS = 300
 # the name the service has always logged under, kept so existing log filters still match
 _log = logging.getLogger("laya_edge.serve")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask for; over a limit is a 413 before any work is done."""
+    """What one request may ask for; over a size limit is a 413 before any work is done, a
+    `max_len`/`head_max_len` over `max_token_budget` a 422 (upstream's server limit)."""
 
     max_body_bytes: int = 1 << 20
     max_state_chars: int = 50_000
@@ -49,6 +59,7 @@ class Limits:
     max_batch_states: int = 64
     max_concurrent: int = 8
     body_timeout_s: float = 10.0
+    max_token_budget: int = 8192
 
 
 class HTTPError(Exception):
@@ -68,16 +79,12 @@ def with_jev_confidence(result: Dict[str, Any]) -> Dict[str, Any]:
     return dict(result, answers=answers)
 
 
-def check_request(state: Any, questions: Any, limits: Limits) -> None:
-    """Shape and size checks the Router does not make: a missing state, oversize input."""
-    if state is None:
-        raise HTTPError(400, "'state' is required")
-    if not isinstance(questions, dict) or not questions:
-        raise HTTPError(400, "'questions' must be a non-empty object")
+def check_request(state: Any, questions: Dict[str, Any], limits: Limits) -> None:
+    """Size checks the Router does not make, on a body the schema has accepted."""
     if len(questions) > limits.max_questions:
         raise HTTPError(413, f"too many questions ({len(questions)} > {limits.max_questions})")
     for qid, question in questions.items():
-        criteria = question.get("criteria") if isinstance(question, dict) else None
+        criteria = question.get("criteria")
         if isinstance(criteria, (list, dict)) and len(criteria) > limits.max_options:
             raise HTTPError(413, f"question {qid!r} has too many options "
                                  f"({len(criteria)} > {limits.max_options})")
@@ -89,22 +96,53 @@ def check_request(state: Any, questions: Any, limits: Limits) -> None:
         raise HTTPError(413, f"state too large ({size} > {limits.max_state_chars} characters)")
 
 
-def controls_from(body: Dict[str, Any], fields: tuple) -> Dict[str, Any]:
-    """The request's controls; an unknown field is refused by name rather than ignored."""
-    unknown = sorted(set(body) - set(fields) - set(CONTROLS))
-    if unknown:
-        raise HTTPError(422, f"unknown field(s) {', '.join(map(repr, unknown))}; a body takes "
-                             f"{', '.join(fields + CONTROLS)}")
-    return {key: body[key] for key in CONTROLS if body.get(key) is not None}
+def check_budget(controls: Dict[str, Any], limits: Limits) -> None:
+    """Upstream's server limit on the token budgets a request may ask for (422)."""
+    for key in ("max_len", "head_max_len"):
+        if controls.get(key, 0) > limits.max_token_budget:
+            raise HTTPError(422, f"{key} exceeds server limit ({controls[key]} > "
+                                 f"{limits.max_token_budget})")
 
 
-def _validate_questions(questions: Dict[str, Any]) -> None:
-    from ..questions import parse_questions
+def _validate_questions(questions: Dict[str, Any]) -> List[str]:
+    """Refuse an invalid question (422); the warnings about keys nothing reads."""
+    from ..questions import parse_questions, unknown_key_warnings
 
     try:
         parse_questions(questions)
     except (TypeError, ValueError) as exc:
         raise HTTPError(422, str(exc)) from None
+    return unknown_key_warnings(questions)
+
+
+def warning_values(messages: Sequence[str]) -> List[str]:
+    """Header values for `messages`: ASCII (a header is Latin-1 and a question id may be any
+    text), each cut to MAX_WARNING_CHARS, at most MAX_WARNING_HEADERS of them."""
+    values = [message.encode("ascii", "backslashreplace").decode("ascii")[:MAX_WARNING_CHARS]
+              for message in messages[:MAX_WARNING_HEADERS]]
+    if len(messages) > MAX_WARNING_HEADERS:
+        values.append(f"and {len(messages) - MAX_WARNING_HEADERS} more warnings like these")
+    return values
+
+
+def parse_json(raw: bytes) -> Dict[str, Any]:
+    """The body as a JSON object, or 400 saying what is wrong with it in words."""
+    try:
+        body = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise HTTPError(400, f"request body must be UTF-8 JSON (not valid {exc.encoding} at "
+                             f"byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise HTTPError(400, f"request body must be valid JSON: {exc.msg} (line {exc.lineno}, "
+                             f"column {exc.colno})") from None
+    except ValueError:  # an integer too long for Python's int-from-text limit
+        raise HTTPError(400, "request body must be valid JSON with numbers of at most 4300 "
+                             "digits") from None
+    except RecursionError:
+        raise HTTPError(400, "request body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise HTTPError(400, "request body must be a JSON object")
+    return body
 
 
 class Admission:
@@ -125,12 +163,16 @@ class Admission:
             self._free += 1
 
 
-def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limits()) -> Any:
+def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limits(),
+               preload: Sequence[str] = ()) -> Any:
     """A Starlette app answering with `router` (a `laya_edge.Router`, hooks and all).
 
-    `api_key`: when set, every route but `/health`'s liveness needs `Authorization: Bearer
-    <api_key>`.
+    `api_key`: when set, every route but liveness needs `Authorization: Bearer <api_key>`
+    (readiness still answers its status without it). `preload`: models loaded in the background
+    when the app starts; until all of them are loaded the service is live but not ready.
     """
+    from contextlib import asynccontextmanager
+
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -138,8 +180,12 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
+    from .. import __version__
+    from .health import Health
+    from .schema import BatchRequest, SchemaError, SystemOneRequest, openapi_document, validate
+
     admission = Admission(limits.max_concurrent)
-    started = time.time()
+    health = Health(router, preload)
 
     def authorised(request: Request) -> bool:
         if not api_key:
@@ -153,7 +199,8 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
         if not authorised(request):
             raise HTTPError(401, "missing or invalid bearer token", {"WWW-Authenticate": "Bearer"})
 
-    async def read_body(request: Request) -> Dict[str, Any]:
+    async def read_body(request: Request, schema: Any) -> Any:
+        """The body, size-capped, timed, parsed and validated by `schema`."""
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
             raise HTTPError(413, f"request body too large ({declared} > {limits.max_body_bytes} "
@@ -175,74 +222,85 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
         except asyncio.TimeoutError:
             raise HTTPError(408, f"request body not received within {limits.body_timeout_s:g} s")
         try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise HTTPError(400, f"request body must be valid JSON ({exc})") from None
-        except RecursionError:
-            raise HTTPError(400, "request body is nested too deeply") from None
-        if not isinstance(body, dict):
-            raise HTTPError(400, "request body must be a JSON object")
+            body = validate(schema, parse_json(raw))
+        except SchemaError as exc:
+            raise HTTPError(422, str(exc)) from None
+        check_budget(body.controls(), limits)
         return body
+
+    def failure(exc: Exception) -> HTTPError:
+        """The answer to a Router call that raised: a model that failed to load is the
+        server's trouble (503), a TypeError/ValueError the request's (422), else 500."""
+        name = health.failed_load(exc)
+        if name is not None:
+            _log.error("model %r failed to load", name, exc_info=exc)
+            return HTTPError(503, f"model {name!r} failed to load; GET /health/ready says why")
+        if isinstance(exc, (TypeError, ValueError)):
+            return HTTPError(422, str(exc))
+        _log.error("inference failed", exc_info=exc)
+        return HTTPError(500, "inference failed")
 
     async def infer(work: Callable[[], Any]) -> Any:
         try:
             return await run_in_threadpool(work)
-        except (TypeError, ValueError) as exc:
-            raise HTTPError(422, str(exc)) from None
-        except Exception:
-            _log.exception("inference failed")
-            raise HTTPError(500, "inference failed") from None
+        except Exception as exc:
+            raise failure(exc) from None
 
-    def timed(content: Any, began: float) -> JSONResponse:
+    def answer(content: Any, began: float, warnings: Sequence[str]) -> JSONResponse:
         elapsed = (time.perf_counter() - began) * 1000.0
-        return JSONResponse(content, headers={"X-Inference-Time-Ms": f"{elapsed:.2f}",
-                                              "Server-Timing": f"inference;dur={elapsed:.2f}"})
+        response = JSONResponse(content, headers={"X-Inference-Time-Ms": f"{elapsed:.2f}",
+                                                  "Server-Timing": f"inference;dur={elapsed:.2f}"})
+        for value in warning_values(warnings):
+            response.headers.append(WARNING_HEADER, value)
+        return response
 
-    async def health(request: Request) -> JSONResponse:
-        if not authorised(request):
-            return JSONResponse({"status": "ok"})
-        from .. import __version__
+    async def live(request: Request) -> JSONResponse:
+        """Liveness: the process is up (always open)."""
+        return JSONResponse({"status": "ok"})
 
-        return JSONResponse({"status": "ok", "version": __version__, "loaded": router.loaded,
-                             "models": sorted(router.models),
-                             "uptime_s": round(time.time() - started, 1)})
+    async def ready(request: Request) -> JSONResponse:
+        """Readiness: 503 with the reason until a model can load (with preload: all loaded)."""
+        status, body = await run_in_threadpool(health.report, authorised(request))
+        return JSONResponse(body, status_code=status)
 
-    async def parse(request: Request, field: str) -> Tuple[Any, Any, Dict[str, Any]]:
-        """`(body[field], body["questions"], controls)` of a decision request."""
-        body = await read_body(request)
-        controls = controls_from(body, (field, "questions"))
-        return body.get(field), body.get("questions"), controls
+    async def openapi(request: Request) -> JSONResponse:
+        """This document."""
+        require_auth(request)
+        return JSONResponse(document)
 
     async def systemone(request: Request) -> JSONResponse:
+        """Answer the questions about one state."""
         require_auth(request)
         with admission:
-            state, questions, controls = await parse(request, "state")
-            check_request(state, questions, limits)
-            _validate_questions(questions)
+            body = await read_body(request, SystemOneRequest)
+            check_request(body.state, body.questions, limits)
+            warnings = _validate_questions(body.questions)
             began = time.perf_counter()
-            result = await infer(lambda: router.predict(state, questions, **controls))
-            return timed(with_jev_confidence(result), began)
+            result = await infer(lambda: router.predict(body.state, body.questions,
+                                                        **body.controls()))
+            return answer(with_jev_confidence(result), began, warnings)
 
     async def systemone_batch(request: Request) -> JSONResponse:
+        """Answer the same questions about many states."""
         require_auth(request)
         with admission:
-            states, questions, controls = await parse(request, "states")
-            if not isinstance(states, list) or not states:
-                raise HTTPError(400, "'states' must be a non-empty list")
-            if len(states) > limits.max_batch_states:
-                raise HTTPError(413, f"too many states ({len(states)} > "
+            body = await read_body(request, BatchRequest)
+            if len(body.states) > limits.max_batch_states:
+                raise HTTPError(413, f"too many states ({len(body.states)} > "
                                      f"{limits.max_batch_states})")
-            for state in states:
-                check_request(state, questions, limits)
-            _validate_questions(questions)
+            for state in body.states:
+                check_request(state, body.questions, limits)
+            warnings = _validate_questions(body.questions)
+            controls = body.controls()
             gate = controls.pop("min_confidence", None)
-            requests = [dict(controls, state=state, questions=questions) for state in states]
+            requests = [dict(controls, state=state, questions=body.questions)
+                        for state in body.states]
             began = time.perf_counter()
             results = await infer(lambda: router.predict_batch(requests, min_confidence=gate))
             usage = {key: sum(r.get("usage", {}).get(key, 0) for r in results)
                      for key in ("input_tokens", "output_tokens")}
-            return timed({"results": [with_jev_confidence(r) for r in results],
-                          "total_usage": usage}, began)
+            return answer({"results": [with_jev_confidence(r) for r in results],
+                           "total_usage": usage}, began, warnings)
 
     async def http_error(request: Request, exc: HTTPError) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
@@ -251,16 +309,29 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    return Starlette(routes=[Route("/health", health, methods=["GET"]),
-                             Route("/v1/systemone", systemone, methods=["POST"]),
-                             Route("/v1/systemone/batch", systemone_batch, methods=["POST"])],
+    @asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        health.start_preload()
+        yield
+
+    endpoints = [("GET", "/health/live", live, None), ("GET", "/health/ready", ready, None),
+                 ("GET", "/health", ready, None), ("GET", "/openapi.json", openapi, None),
+                 ("POST", "/v1/systemone", systemone, SystemOneRequest),
+                 ("POST", "/v1/systemone/batch", systemone_batch, BatchRequest)]
+    document = openapi_document("laya_edge", __version__, [
+        (method, path, endpoint.__doc__.strip(), schema)
+        for method, path, endpoint, schema in endpoints])
+    return Starlette(routes=[Route(path, endpoint, methods=[method])
+                             for method, path, endpoint, _ in endpoints],
                      exception_handlers={HTTPError: http_error,
-                                         StarletteHTTPException: starlette_error})
+                                         StarletteHTTPException: starlette_error},
+                     lifespan=lifespan)
 
 
 def run(router: Any, host: str = "127.0.0.1", port: int = 8000, api_key: Optional[str] = None,
-        limits: Limits = Limits(), log_level: str = "info") -> None:
-    """Serve `router` with uvicorn until interrupted."""
+        limits: Limits = Limits(), log_level: str = "info", preload: Sequence[str] = ()) -> None:
+    """Serve `router` with uvicorn until interrupted; `preload` as `create_app` takes it."""
     import uvicorn
 
-    uvicorn.run(create_app(router, api_key, limits), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(router, api_key, limits, preload), host=host, port=port,
+                log_level=log_level)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 from typing import Any, Dict, List
 
 import pytest
@@ -372,3 +373,28 @@ def test_unload_all_waits_for_every_build_and_attach_during_a_build_wins(monkeyp
         ("on_load", "multilingual", "built:/srv/bundle/multilingual")]
     # unload() frees least-recent first
     assert ours.side.evict_order == ["english", "multilingual"]
+
+
+def test_a_failed_build_is_recorded_until_a_build_succeeds():
+    """What a service reports as not loadable, and how it tells a failed load from a bad
+    request: the exact error of the last failed build, per checkpoint, gone once one builds."""
+    import laya_edge
+
+    mounted = threading.Event()
+
+    def build(path: str, **options: Any) -> Any:
+        if not mounted.is_set():
+            raise OSError(f"{path}: disk not mounted")
+        return types.SimpleNamespace(path=path)
+
+    router = laya_edge.Router(models={"english": "/srv/en", "multilingual": "/srv/ml"},
+                              agent_factory=build)
+    assert router.load_failures() == {}
+    with pytest.raises(OSError) as failed:
+        router.load("english")
+    assert router.load_failures() == {"english": failed.value}
+    mounted.set()
+    router.load("multilingual")
+    assert router.load_failures() == {"english": failed.value}
+    router.load("english")
+    assert router.load_failures() == {}

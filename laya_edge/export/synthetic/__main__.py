@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import KINDS, SMALL_KINDS, __doc__ as PACKAGE_DOC, check_checkpoint, make_checkpoint
-from .writing import log
+from ..logs import progress_on_stderr
+from .writing import LOGGER, log
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -47,6 +48,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    with progress_on_stderr(LOGGER, "make_checkpoint"):
+        return _write(args)
+
+
+def _write(args: argparse.Namespace) -> int:
     jobs = ([(args.kind, args.out)] if args.kind
             else [(kind, args.all / kind) for kind in SMALL_KINDS])
     for kind, out in jobs:

@@ -1,17 +1,20 @@
-"""How the checkpoint generator writes: progress on stderr, stable JSON, sizes, and one seed for
+"""How the checkpoint generator writes: progress to a logger, stable JSON, sizes, and one seed for
 every random number generator it uses."""
 from __future__ import annotations
 
 import json
+import logging
 import random
-import sys
 from pathlib import Path
 from typing import Any
 
 
+LOGGER = "laya_edge.export.synthetic"
+
+
 def log(message: str) -> None:
-    """Progress message on stderr."""
-    print("[make_checkpoint] %s" % message, file=sys.stderr, flush=True)
+    """A progress line (shown on stderr by `python -m laya_edge.export.synthetic`)."""
+    logging.getLogger(LOGGER).info(message)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -212,9 +212,12 @@ def serve_on_ray(args: argparse.Namespace, hooks: List[Any], api_key: Optional[s
         print(announcement, file=sys.stderr, flush=True)
         ray.init(address=args.ray_address)
         serve.start(http_options={"host": args.host, "port": args.port})
+        batching = {"max_batch_size": args.max_batch or 16,
+                    "batch_wait_timeout_s": args.max_wait_ms / 1000.0}
         serve.run(deployment(models, replicas=args.replicas, num_cpus=args.num_cpus,
                              num_gpus=args.num_gpus, api_key=api_key, limits=limits,
-                             router_kwargs=options), name=NAME, route_prefix="/", blocking=True)
+                             router_kwargs=options, **batching),
+                  name=NAME, route_prefix="/", blocking=True)
         return 0
 
     return start
@@ -251,7 +254,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .serving.http import API_KEY_ENV, Limits
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_questions=args.max_questions,
-                    max_concurrent=args.max_concurrent)
+                    max_concurrent=args.max_concurrent, max_queue=args.max_queue,
+                    queue_timeout_s=args.queue_timeout_s, max_batch=args.max_batch,
+                    max_wait_ms=args.max_wait_ms, drain_timeout_s=args.drain_timeout_s)
     hooks = import_hooks(args.hooks)
     api_key = os.environ.get(API_KEY_ENV) or None
     announcement = (f"{PROG}: serving POST /v1/systemone on http://{args.host}:{args.port} with "

@@ -52,7 +52,8 @@ def whole_number(low: int, high: float = math.inf) -> Callable[[str], int]:
 
 
 def share(value: str) -> float:
-    """`--num-cpus` / `--num-gpus`: a finite number of 0 or more (Ray takes fractions)."""
+    """A finite number of 0 or more: `--num-cpus` / `--num-gpus` (Ray takes fractions), the
+    service's waits and timeouts."""
     try:
         number = float(value)
     except ValueError:
@@ -138,8 +139,23 @@ def _serve(serve: argparse.ArgumentParser) -> None:
                             "at startup; /health/ready is 503 until both are loaded")
     serve.add_argument("--max-body-bytes", type=whole_number(1), default=1 << 20)
     serve.add_argument("--max-questions", type=whole_number(1), default=64)
-    serve.add_argument("--max-concurrent", type=whole_number(1), default=8,
-                       help="requests answered at once; more get 503")
+    serve.add_argument("--max-concurrent", type=whole_number(1),
+                       help="Router calls at once, each answering up to --max-batch requests; "
+                            "more wait in the queue (default: 1 on a CPU, 4 on a GPU)")
+    serve.add_argument("--max-queue", type=whole_number(0), default=64,
+                       help="requests that may wait for a slot; beyond, 503 with Retry-After "
+                            "(default 64)")
+    serve.add_argument("--queue-timeout-s", type=share, default=10.0,
+                       help="how long a request may wait for a slot before a 503 (default 10)")
+    serve.add_argument("--max-batch", type=whole_number(1),
+                       help="single requests with the same questions and controls answered in "
+                            "one batch, at most this many (1: off; default: 1 on a CPU, 16 on a "
+                            "GPU, docs/serving.md)")
+    serve.add_argument("--max-wait-ms", type=share, default=5.0,
+                       help="how long a batch waits for more requests (default 5)")
+    serve.add_argument("--drain-timeout-s", type=share, default=30.0,
+                       help="on SIGTERM, how long to finish accepted requests before exiting "
+                            "(default 30)")
     serve.add_argument("--engine", choices=("uvicorn", "ray"), default="uvicorn",
                        help="uvicorn: one process (default); ray: Ray Serve replicas with "
                             "request batching (extra: laya-edge[ray])")

@@ -404,6 +404,16 @@ def machine() -> str:
             f"onnxruntime {onnxruntime.__version__}")
 
 
+def publish(report: Dict[str, Any], table: str, json_path: Optional[Path],
+            markdown_path: Optional[Path]) -> None:
+    """Print the table, and write the report as JSON and the table as markdown where asked."""
+    print(table)
+    if json_path:
+        json_path.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    if markdown_path:
+        markdown_path.write_text(table + "\n", encoding="utf-8")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default=",".join(DEFAULT_KINDS),
@@ -444,12 +454,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     report = {"machine": machine(), "imports": imports, "kinds": kinds,
               "settings": {"iters": args.iters, "rounds": args.rounds,
                            "repeats": args.repeats, "session_cache": args.session_cache}}
-    table = markdown(report)
-    print(table)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    if args.markdown:
-        args.markdown.write_text(table + "\n", encoding="utf-8")
+    publish(report, markdown(report), args.json, args.markdown)
     return 0
 
 

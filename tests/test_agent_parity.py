@@ -22,7 +22,7 @@ import pytest
 
 from agent_support import (KINDS, LANG_TEMPERATURES, PROFILES, assert_identical,
                            assert_matches_torch, assert_results_match_torch, edge_agent, gen_case,
-                           outcome, text, torch_agent, upstream_onnx_agent)
+                           outcome, own_outcome, text, torch_agent, upstream_onnx_agent)
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -57,7 +57,7 @@ class SessionGuard:
 def compare_batch(trio, states, questions, kwargs, where=""):
     """Run one predict_batch call on all three runtimes and compare the outcomes."""
     ours, upstream, torch = trio
-    got = outcome(lambda: ours.predict_batch(states, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_batch(states, questions, **kwargs))
     want_onnx = outcome(lambda: upstream.predict_batch(states, questions, **kwargs))
     want_torch = outcome(lambda: torch.predict_batch(states, questions, **kwargs))
     assert got[0] == want_onnx[0] == want_torch[0], (where, got[:3], want_onnx[:3], want_torch[:3])
@@ -535,7 +535,7 @@ def test_invalid_call_raises_upstreams_error_before_inference(trio, monkeypatch,
     ours, upstream, torch = trio
     guard = SessionGuard(ours.session)
     monkeypatch.setattr(ours, "session", guard)
-    got = outcome(lambda: ours.predict_batch(states, questions))
+    got = own_outcome(lambda: ours.predict_batch(states, questions))
     assert got[:3] == ("error", error, message)
     assert guard.runs == 0
     assert outcome(lambda: torch.predict_batch(states, questions))[:3] == got[:3]
@@ -547,7 +547,7 @@ def test_marker_overflow_raises_upstreams_error_before_inference(trio, monkeypat
     states, questions, kwargs = _marker_overflow_case()
     guard = SessionGuard(ours.session)
     monkeypatch.setattr(ours, "session", guard)
-    got = outcome(lambda: ours.predict_batch(states, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_batch(states, questions, **kwargs))
     assert got[0] == "error" and got[1] is ValueError
     assert got[2].startswith("question 'many': only ") and got[2].endswith(
         "of its 40 option markers fit in max_len=96 with head_max_len=%d spent on the question; "
@@ -700,7 +700,7 @@ def test_predict_long_matches_upstream(trio, name):
     cases = long_cases(ours)
     assert tuple(cases) == LONG_CASE_NAMES
     state, questions, kwargs = cases[name]
-    got = outcome(lambda: ours.predict_long(state, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_long(state, questions, **kwargs))
     want = normalised(outcome(lambda: upstream.predict_long(state, questions, **kwargs)))
     want_torch = normalised(outcome(lambda: torch.predict_long(state, questions, **kwargs)))
     assert got[0] == want[0] == want_torch[0], (got[:3], want[:3], want_torch[:3])
@@ -728,7 +728,7 @@ def test_predict_long_window_texts_are_the_spec_texts(trio):
     default = max(64, ours.max_len - ours.head_max_len - 8)
 
     state, questions, kwargs = cases["default-window-capped"]
-    got = outcome(lambda: ours.predict_long(state, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_long(state, questions, **kwargs))
     assert got[0] == "ok"
     room = ours._min_room(questions, ours.max_len, ours.head_max_len)
     assert default >= 2 * room
@@ -742,7 +742,7 @@ def test_predict_long_window_texts_are_the_spec_texts(trio):
 
     state, questions, kwargs = cases["window-wider-than-room"]
     room = ours._min_room(questions, ours.max_len, ours.head_max_len)
-    got = outcome(lambda: ours.predict_long(state, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_long(state, questions, **kwargs))
     assert got[-1] == [(RuntimeWarning,
                         f"laya: predict_long: window=100000 is wider than the {room} state tokens "
                         f"these questions leave inside max_len={ours.max_len}, so every window "
@@ -750,21 +750,21 @@ def test_predict_long_window_texts_are_the_spec_texts(trio):
                         f"window={room} instead")]
 
     state, questions, kwargs = cases["stride-reduced-with-window"]
-    got = outcome(lambda: ours.predict_long(state, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_long(state, questions, **kwargs))
     assert got[-1][-1] == (RuntimeWarning,
                            f"laya: predict_long: stride=5000 was a 50% step for the window=10000 "
                            f"you asked for, but the window was reduced to {room} to fit the room "
                            f"these questions leave; scanning with stride={room // 2} instead")
 
     state, questions, kwargs = cases["stride-past-reduced-window"]
-    got = outcome(lambda: ours.predict_long(state, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_long(state, questions, **kwargs))
     assert got[1:3] == (ValueError,
                         f"predict_long: stride=1001 steps past the {room}-token window these "
                         f"questions leave room for, so {1001 - room} tokens between every pair of "
                         f"windows would be read by no window at all; pass stride <= {room}")
 
     state, questions, kwargs = cases["no-room-for-the-state"]
-    got = outcome(lambda: ours.predict_long(state, questions, **kwargs))
+    got = own_outcome(lambda: ours.predict_long(state, questions, **kwargs))
     assert got[1:3] == (ValueError,
                         f"predict_long: the questions' options fill the whole sequence "
                         f"(max_len={ours.max_len}, head_max_len={ours.head_max_len}), leaving no "

@@ -159,7 +159,8 @@ def test_openapi_document_lists_every_route(url):
     assert document["openapi"].startswith("3.")
     assert {(path, method) for path, ops in document["paths"].items() for method in ops} == {
         ("/health/live", "get"), ("/health/ready", "get"), ("/health", "get"),
-        ("/openapi.json", "get"), ("/v1/systemone", "post"), ("/v1/systemone/batch", "post")}
+        ("/openapi.json", "get"), ("/metrics", "get"), ("/v1/systemone", "post"),
+        ("/v1/systemone/batch", "post")}
     for path, ops in document["paths"].items():
         assert httpx.request(next(iter(ops)).upper(), f"{url}{path}").status_code != 404
 

@@ -49,9 +49,11 @@ class Health:
 
     def failed_load(self, exc: BaseException) -> Optional[str]:
         """The checkpoint whose build raised `exc` (the Router's `load_failures`), or None when
-        `exc` did not come from a build."""
+        `exc` did not come from a build. A batch answered request by request retries the build
+        once per request, so an equal error (same type and message) counts too."""
         return next((name for name, failure in self.router.load_failures().items()
-                     if failure is exc), None)
+                     if failure is exc or (type(failure) is type(exc)
+                                           and str(failure) == str(exc))), None)
 
     def start_preload(self) -> None:
         """Load the preloaded models in the background, so the service is live meanwhile."""

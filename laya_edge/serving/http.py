@@ -1,12 +1,14 @@
 """HTTP service: upstream laya's `POST /v1/systemone` wire format, answered by a Router.
 
-Install with `pip install "laya-edge[serve]"` (Starlette, uvicorn, pydantic). Routes:
+Install with `pip install "laya-edge[serve]"` (Starlette, uvicorn, pydantic, prometheus_client).
+Routes:
 
 - `GET /health/live`: liveness, always open: the process is up.
 - `GET /health/ready` (and `GET /health`, for upstream's clients): 200 when a model can load
   (with `preload`, when all of them are loaded), else 503 with the reason; with a valid token
   (or no auth) also what is loaded and, per model, whether it can load (laya_edge.serving.health).
 - `GET /openapi.json`: the OpenAPI document of these routes and their request bodies.
+- `GET /metrics`: this app's Prometheus metrics (laya_edge.serving.metrics), token as /openapi.json.
 - `POST /v1/systemone`: `{"state", "questions", ...controls}` -> one result, as `Router.predict`.
 - `POST /v1/systemone/batch`: `{"states", "questions", ...controls}` ->
   `{"results", "total_usage"}`, as `Router.predict_batch` (one forward pass per question group).
@@ -20,10 +22,12 @@ that nothing reads (a misspelt `"critera"`) is ignored, as upstream does, and na
 
 Every error is JSON `{"detail": "..."}`: 400 malformed body, 401 missing or wrong bearer token,
 408 body too slow, 413 over a size limit, 422 invalid field, question or control (the message
-names it), 503 over `max_concurrent` requests at once or the model failed to load, 500 inference
-failed (details only in the log). Limits are checked before any inference; inference runs in
-worker threads (the Router and its agents are thread-safe), so a slow request does not block
-the health routes.
+names it), 503 queue full or wait expired (laya_edge.serving.admission) or the model failed to
+load, 500 inference failed (details only in the log). Limits are checked before any inference;
+Router calls run in worker threads, at most `max_concurrent` at once, merged by
+laya_edge.serving.batching when batching is on, so a slow request does not block the health
+routes. Every answer, errors included, carries `X-Request-ID` (the client's, or a new
+one), and every error logged names it: `request <id>: inference failed`.
 """
 from __future__ import annotations
 
@@ -31,10 +35,9 @@ import asyncio
 import hmac
 import json
 import logging
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence
 
 from ..confidence import jev_confidence
 from ..encode import serialise_state
@@ -57,9 +60,16 @@ class Limits:
     max_questions: int = 64
     max_options: int = 100
     max_batch_states: int = 64
-    max_concurrent: int = 8
+    # Router calls at once (None: 1 on a CPU, batching.GPU_CALLS on a GPU); each carries up to
+    # `max_batch` requests, and up to `max_queue` more wait, each for `queue_timeout_s` at most
+    max_concurrent: Optional[int] = None
     body_timeout_s: float = 10.0
     max_token_budget: int = 8192
+    max_queue: int = 64
+    queue_timeout_s: float = 10.0
+    max_batch: Optional[int] = None  # None: batching.default_max_batch for the Router's device
+    max_wait_ms: float = 5.0
+    drain_timeout_s: float = 30.0
 
 
 class HTTPError(Exception):
@@ -145,47 +155,45 @@ def parse_json(raw: bytes) -> Dict[str, Any]:
     return body
 
 
-class Admission:
-    """At most `limit` requests inside at once; the next one is told to come back (503)."""
-
-    def __init__(self, limit: int):
-        self._free = limit
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._free <= 0:
-                raise HTTPError(503, "server busy, try again later", {"Retry-After": "1"})
-            self._free -= 1
-
-    def __exit__(self, *exc_info: Any) -> None:
-        with self._lock:
-            self._free += 1
-
-
 def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limits(),
                preload: Sequence[str] = ()) -> Any:
     """A Starlette app answering with `router` (a `laya_edge.Router`, hooks and all).
 
     `api_key`: when set, every route but liveness needs `Authorization: Bearer <api_key>`
     (readiness still answers its status without it). `preload`: models loaded in the background
-    when the app starts; until all of them are loaded the service is live but not ready.
+    when the app starts; until all of them are loaded the service is live but not ready. The
+    app adds a hook to `router` that counts model loads and evictions for `/metrics`.
     """
     from contextlib import asynccontextmanager
 
+    from prometheus_client import CONTENT_TYPE_LATEST
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.middleware import Middleware
     from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     from .. import __version__
+    from .admission import Admission, Busy
+    from .batching import Batcher, answer_batch, default_calls, default_max_batch
     from .health import Health
+    from .metrics import Observed, ServiceMetrics, request_id, route_path
     from .schema import BatchRequest, SchemaError, SystemOneRequest, openapi_document, validate
 
-    admission = Admission(limits.max_concurrent)
     health = Health(router, preload)
+    metrics = ServiceMetrics(router)
+    device = getattr(router, "device", None)
+    max_batch = limits.max_batch or default_max_batch(device)
+    max_calls = limits.max_concurrent or default_calls(device)
+    calls = asyncio.Semaphore(max_calls)
+    batcher = (Batcher(lambda requests: answer_batch(router, requests), max_batch,
+                       limits.max_wait_ms / 1000.0, calls, metrics.batch)
+               if max_batch > 1 else None)
+    # every call may carry a full batch: requests beyond those wait in the queue
+    admission = Admission(max_calls * max_batch, limits.max_queue, limits.queue_timeout_s,
+                          metrics)
 
     def authorised(request: Request) -> bool:
         if not api_key:
@@ -233,18 +241,39 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
         server's trouble (503), a TypeError/ValueError the request's (422), else 500."""
         name = health.failed_load(exc)
         if name is not None:
-            _log.error("model %r failed to load", name, exc_info=exc)
+            _log.error("request %s: model %r failed to load", request_id(), name, exc_info=exc)
             return HTTPError(503, f"model {name!r} failed to load; GET /health/ready says why")
         if isinstance(exc, (TypeError, ValueError)):
             return HTTPError(422, str(exc))
-        _log.error("inference failed", exc_info=exc)
+        _log.error("request %s: inference failed", request_id(), exc_info=exc)
         return HTTPError(500, "inference failed")
 
-    async def infer(work: Callable[[], Any]) -> Any:
+    async def infer(request: Request, work: Callable[[], Awaitable[Any]]) -> Any:
+        """`work()` (a Router call in a worker thread, or a batched one) in one of the queue's
+        slots; its failure as the HTTP error it means."""
         try:
+            async with admission.admitted():
+                began = time.perf_counter()
+                try:
+                    return await work()
+                except Exception as exc:
+                    raise failure(exc) from None
+                finally:
+                    metrics.inference(route_path(request.scope), time.perf_counter() - began)
+        except Busy as exc:
+            raise HTTPError(503, str(exc), {"Retry-After": "1"}) from None
+
+    def predict(state: Any, questions: Dict[str, Any], controls: Dict[str, Any]) -> Awaitable:
+        """One request's Router call: merged with others by the batcher when batching is on."""
+        if batcher is not None:
+            return batcher.submit(dict(controls, state=state, questions=questions))
+        metrics.batch(1)
+        return call(lambda: router.predict(state, questions, **controls))
+
+    async def call(work: Callable[[], Any]) -> Any:
+        """A Router call in a worker thread, when `calls` gives it a turn."""
+        async with calls:
             return await run_in_threadpool(work)
-        except Exception as exc:
-            raise failure(exc) from None
 
     def answer(content: Any, began: float, warnings: Sequence[str]) -> JSONResponse:
         elapsed = (time.perf_counter() - began) * 1000.0
@@ -268,39 +297,44 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
         require_auth(request)
         return JSONResponse(document)
 
+    async def prometheus(request: Request) -> Response:
+        """Prometheus metrics of this app, in the text format."""
+        require_auth(request)
+        return Response(metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     async def systemone(request: Request) -> JSONResponse:
         """Answer the questions about one state."""
         require_auth(request)
-        with admission:
-            body = await read_body(request, SystemOneRequest)
-            check_request(body.state, body.questions, limits)
-            warnings = _validate_questions(body.questions)
-            began = time.perf_counter()
-            result = await infer(lambda: router.predict(body.state, body.questions,
-                                                        **body.controls()))
-            return answer(with_jev_confidence(result), began, warnings)
+        body = await read_body(request, SystemOneRequest)
+        check_request(body.state, body.questions, limits)
+        warnings = _validate_questions(body.questions)
+        began = time.perf_counter()
+        result = await infer(request, lambda: predict(body.state, body.questions,
+                                                      body.controls()))
+        return answer(with_jev_confidence(result), began, warnings)
 
     async def systemone_batch(request: Request) -> JSONResponse:
         """Answer the same questions about many states."""
         require_auth(request)
-        with admission:
-            body = await read_body(request, BatchRequest)
-            if len(body.states) > limits.max_batch_states:
-                raise HTTPError(413, f"too many states ({len(body.states)} > "
-                                     f"{limits.max_batch_states})")
-            for state in body.states:
-                check_request(state, body.questions, limits)
-            warnings = _validate_questions(body.questions)
-            controls = body.controls()
-            gate = controls.pop("min_confidence", None)
-            requests = [dict(controls, state=state, questions=body.questions)
-                        for state in body.states]
-            began = time.perf_counter()
-            results = await infer(lambda: router.predict_batch(requests, min_confidence=gate))
-            usage = {key: sum(r.get("usage", {}).get(key, 0) for r in results)
-                     for key in ("input_tokens", "output_tokens")}
-            return answer({"results": [with_jev_confidence(r) for r in results],
-                           "total_usage": usage}, began, warnings)
+        body = await read_body(request, BatchRequest)
+        if len(body.states) > limits.max_batch_states:
+            raise HTTPError(413, f"too many states ({len(body.states)} > "
+                                 f"{limits.max_batch_states})")
+        for state in body.states:
+            check_request(state, body.questions, limits)
+        warnings = _validate_questions(body.questions)
+        controls = body.controls()
+        gate = controls.pop("min_confidence", None)
+        requests = [dict(controls, state=state, questions=body.questions)
+                    for state in body.states]
+        began = time.perf_counter()
+        metrics.batch(len(requests))
+        results = await infer(request, lambda: call(
+            lambda: router.predict_batch(requests, min_confidence=gate)))
+        usage = {key: sum(r.get("usage", {}).get(key, 0) for r in results)
+                 for key in ("input_tokens", "output_tokens")}
+        return answer({"results": [with_jev_confidence(r) for r in results],
+                       "total_usage": usage}, began, warnings)
 
     async def http_error(request: Request, exc: HTTPError) -> JSONResponse:
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
@@ -316,6 +350,7 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
 
     endpoints = [("GET", "/health/live", live, None), ("GET", "/health/ready", ready, None),
                  ("GET", "/health", ready, None), ("GET", "/openapi.json", openapi, None),
+                 ("GET", "/metrics", prometheus, None),
                  ("POST", "/v1/systemone", systemone, SystemOneRequest),
                  ("POST", "/v1/systemone/batch", systemone_batch, BatchRequest)]
     document = openapi_document("laya_edge", __version__, [
@@ -325,13 +360,19 @@ def create_app(router: Any, api_key: Optional[str] = None, limits: Limits = Limi
                              for method, path, endpoint, _ in endpoints],
                      exception_handlers={HTTPError: http_error,
                                          StarletteHTTPException: starlette_error},
+                     middleware=[Middleware(Observed, metrics=metrics,
+                                            routes=[path for _, path, _, _ in endpoints])],
                      lifespan=lifespan)
 
 
 def run(router: Any, host: str = "127.0.0.1", port: int = 8000, api_key: Optional[str] = None,
         limits: Limits = Limits(), log_level: str = "info", preload: Sequence[str] = ()) -> None:
-    """Serve `router` with uvicorn until interrupted; `preload` as `create_app` takes it."""
+    """Serve `router` with uvicorn until SIGTERM or SIGINT; `preload` as `create_app` takes it.
+
+    On the signal uvicorn drains: the listening socket closes, every request already accepted
+    (answering or queued) is answered, for up to `limits.drain_timeout_s`, then the process
+    ends (by the signal, as uvicorn re-raises it)."""
     import uvicorn
 
     uvicorn.run(create_app(router, api_key, limits, preload), host=host, port=port,
-                log_level=log_level)
+                log_level=log_level, timeout_graceful_shutdown=limits.drain_timeout_s)

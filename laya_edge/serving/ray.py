@@ -16,9 +16,10 @@ it on a local Ray instance, or on a cluster with `--ray-address`.
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 from typing import Any, Dict, List, Optional
 
+from .batching import answer_batch
 from .http import Limits, create_app
 
 NAME = "laya_edge"
@@ -43,32 +44,6 @@ class BatchedRouter:
         return getattr(self._router, name)
 
 
-def answer_batch(router: Any, requests: List[Dict[str, Any]]) -> List[Any]:
-    """One `Router.predict_batch` per `min_confidence` value (a call-level option there); each
-    request's slot holds its result, or the exception it alone raised."""
-    results: List[Any] = [None] * len(requests)
-    groups: Dict[str, List[int]] = {}
-    for i, request in enumerate(requests):
-        groups.setdefault(json.dumps(request.get("min_confidence"), sort_keys=True), []).append(i)
-    for indices in groups.values():
-        gate = requests[indices[0]].get("min_confidence")
-        batch = [{k: v for k, v in requests[i].items() if k != "min_confidence"} for i in indices]
-        for i, answer in zip(indices, _answer_each(router, batch, gate)):
-            results[i] = answer
-    return results
-
-
-def _answer_each(router: Any, batch: List[Dict[str, Any]], gate: Any) -> List[Any]:
-    """The batch in one pass; if that fails, each request alone, so a bad one fails only
-    itself (the others' hooks then run a second time)."""
-    try:
-        return router.predict_batch(batch, min_confidence=gate)
-    except Exception as exc:
-        if len(batch) == 1:
-            return [exc]
-        return [answer for request in batch for answer in _answer_each(router, [request], gate)]
-
-
 def deployment(models: Dict[str, Any], replicas: int = 1, num_cpus: float = 1.0,
                num_gpus: float = 0.0, max_batch_size: int = 16,
                batch_wait_timeout_s: float = 0.01, api_key: Optional[str] = None,
@@ -85,7 +60,7 @@ def deployment(models: Dict[str, Any], replicas: int = 1, num_cpus: float = 1.0,
 
     @serve.deployment(name=NAME, num_replicas=replicas,
                       ray_actor_options={"num_cpus": num_cpus, "num_gpus": num_gpus},
-                      max_ongoing_requests=limits.max_concurrent)
+                      max_ongoing_requests=limits.max_concurrent or max_batch_size)
     @serve.ingress()
     class LayaEdge:
         def __init__(self) -> None:
@@ -96,7 +71,9 @@ def deployment(models: Dict[str, Any], replicas: int = 1, num_cpus: float = 1.0,
 
         async def __serve_build_asgi_app__(self) -> Any:
             loop = asyncio.get_running_loop()
-            return create_app(BatchedRouter(self.router, loop, self.answer), api_key, limits)
+            # Ray's @serve.batch below gathers the requests: the app itself does not batch
+            return create_app(BatchedRouter(self.router, loop, self.answer), api_key,
+                              dataclasses.replace(limits, max_batch=1))
 
         @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
         async def answer(self, requests: List[Dict[str, Any]]) -> List[Any]:

@@ -361,12 +361,33 @@ class _CountingGc:
         return 0
 
 
+SOURCE_KEYS = ["path", "revision", "manifest_sha256", "created"]
+
+
+def without_sources(value: Any) -> Any:
+    """`value` minus `source` in every routing decision: the one key laya_edge adds to a decision
+    answered by an agent that knows its bundle (docs/design/upstream-differences.md), checked
+    here for its shape so the rest compares with upstream as is."""
+    if isinstance(value, dict):
+        if {"model", "reason", "source"} <= set(value):
+            assert list(value["source"]) == SOURCE_KEYS, value["source"]
+            assert value["source"]["manifest_sha256"] is None or len(
+                value["source"]["manifest_sha256"]) == 64
+        return {k: without_sources(v) for k, v in value.items()
+                if not (k == "source" and {"model", "reason"} <= set(value))}
+    if isinstance(value, list):
+        return [without_sources(v) for v in value]
+    return value
+
+
 class Outcome:
     def __init__(self, side: Side, value: Any, error: Optional[BaseException],
                  caught: List[Any]):
         self.side, self.value, self.error = side, value, error
         self.warnings = [(w.category.__name__, str(w.message)) for w in caught]
         self.trace, self.calls, self.builds = side.trace, side.calls, side.builds
+        if side.name == "edge":
+            self.value, self.trace = without_sources(value), without_sources(side.trace)
 
     def err(self) -> Optional[str]:
         return None if self.error is None else plain(self.error)

@@ -405,6 +405,15 @@ def test_max_loaded_and_flags_are_coerced_like_upstream(monkeypatch):
         return out
 
     ours, theirs = both(monkeypatch, scenario)
+    # laya_edge's documented differences (docs/agent.md#controls): a warning for each value that
+    # is not a positive int, and a refusal naming max_loaded where upstream's int() fails
+    assert ours.warnings == [("RuntimeWarning", f"max_loaded={value!r} is not a positive int; "
+                              f"keeping {kept} checkpoint(s) loaded")
+                             for value, kept in ((0, 1), (-3, 1), ("3", 3), (2.9, 2), (True, 1))]
+    assert theirs.warnings == []
+    assert ours.value[6] == "ValueError: max_loaded must be a positive int, got str 'x'"
+    assert theirs.value[6].startswith("ValueError: invalid literal for int()")
+    ours.warnings, ours.value[6] = theirs.warnings, theirs.value[6]
     assert_parity(ours, theirs)
     assert ours.value[:6] == [1, 1, 3, 2, 1, 5]
     assert ours.value[7][:4] == [True, False, False, 2.5]

@@ -71,9 +71,11 @@ def deployment(models: Dict[str, Any], replicas: int = 1, num_cpus: float = 1.0,
 
         async def __serve_build_asgi_app__(self) -> Any:
             loop = asyncio.get_running_loop()
-            # Ray's @serve.batch below gathers the requests: the app itself does not batch
+            # Ray's @serve.batch below gathers the requests: the app does not batch, and lets
+            # a full batch's worth of requests reach that queue at once
+            calls = max(limits.max_concurrent or 1, max_batch_size)
             return create_app(BatchedRouter(self.router, loop, self.answer), api_key,
-                              dataclasses.replace(limits, max_batch=1))
+                              dataclasses.replace(limits, max_batch=1, max_concurrent=calls))
 
         @serve.batch(max_batch_size=16, batch_wait_timeout_s=0.01)
         async def answer(self, requests: List[Dict[str, Any]]) -> List[Any]:

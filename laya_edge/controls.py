@@ -21,10 +21,8 @@ def _warn(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def check_max_len(value: Any) -> Optional[int]:
-    """`max_len` as given when it is a whole number of tokens (None: the model's default)."""
-    if value is None:
-        return None
+def check_max_len(value: Any) -> Any:
+    """`max_len` as given, when it is a whole number of tokens."""
     try:
         operator.index(value)
     except TypeError:

@@ -186,7 +186,7 @@ class ONNXAgent(HookRegistry):
             return []
         if not questions:
             return [empty_payload() for _ in states]
-        max_len = self.max_len if check_max_len(max_len) is None else max_len
+        max_len = self.max_len if max_len is None else check_max_len(max_len)
         head_max_len = self.head_max_len if head_max_len is None else head_max_len
         chunk, lang = check_batch_size(batch_size) or len(states), check_lang(lang)
         parsed = parse_questions(questions)

@@ -164,7 +164,7 @@ def run_demo(directory: Path, json_output: bool = False) -> int:
         say(f"  routed to {run['routing']['model']}: {run['routing']['reason']}")
         for key, answer in payload["answers"].items():
             label = answer_label(answer, DEMO_QUESTIONS[key])
-            say(f"    {key:<11} {label:<44} confidence {answer['answer_confidence']:.2f}")
+            say(f"    {key:<11} {label:<44} answer_confidence {answer['answer_confidence']:.2f}")
         say(f"  hooks: {', '.join(run['events'])}")
         say(f"  {elapsed:.0f} ms\n")
     total = (time.perf_counter() - started) * 1000

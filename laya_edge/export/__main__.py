@@ -87,8 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help="print a machine-readable summary on stdout")
     parser.add_argument("--triton-repo", type=Path, metavar="DIR",
-                        help="also write a Triton model repository for the bundle's graph "
-                             "(ONNX Runtime backend, plus a TensorRT-accelerated model)")
+                        help="also write a Triton Inference Server model repository for the "
+                             "bundle (see --triton-flavour)")
+    parser.add_argument("--triton-flavour", choices=("onnxruntime", "python"),
+                        default="onnxruntime",
+                        help="onnxruntime: the graph on Triton's ONNX Runtime backend, one model "
+                             "per exported precision plus a TensorRT one (token ids in, "
+                             "TritonAgent tokenises); python: a Python-backend model that runs "
+                             "ONNXAgent inside Triton (text and questions in, JSON answers out)")
+    parser.add_argument("--triton-engine-cache", type=Path, metavar="DIR",
+                        help="onnxruntime flavour: absolute path, on the Triton server, where "
+                             "the TensorRT model caches its engines (created here; default: no "
+                             "cache, engines are rebuilt on every load)")
     return parser
 
 
@@ -110,6 +120,14 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         ship = precisions if args.ship is None else parse_ship(args.ship, precisions)
     except ValueError as exc:
         parser.error(f"argument --ship: {exc}")
+    if args.triton_engine_cache is not None:
+        if args.triton_repo is None or args.triton_flavour != "onnxruntime":
+            parser.error("--triton-engine-cache applies to --triton-repo with the onnxruntime "
+                         "flavour (its TensorRT model)")
+        if not args.triton_engine_cache.is_absolute():
+            parser.error("argument --triton-engine-cache: an absolute path on the Triton server "
+                         "(Triton resolves a relative one against its own working directory), "
+                         f"got {str(args.triton_engine_cache)!r}")
     out = args.out
     if out is None:
         if not args.recipe:
@@ -150,7 +168,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.triton_repo is not None:
             from .triton_repository import write_triton_repo
 
-            models = write_triton_repo(Path(summary["out"]), args.triton_repo)
+            models = write_triton_repo(Path(summary["out"]), args.triton_repo,
+                                       flavour=args.triton_flavour,
+                                       engine_cache=args.triton_engine_cache)
             summary["triton_repo"] = {name: str(path) for name, path in models.items()}
     except VerificationError as exc:
         _fail(str(exc))

@@ -30,20 +30,22 @@ def answer_batch(router: Any, requests: List[Dict[str, Any]]) -> List[Any]:
     for indices in groups.values():
         gate = requests[indices[0]].get("min_confidence")
         batch = [{k: v for k, v in requests[i].items() if k != "min_confidence"} for i in indices]
-        for i, answer in zip(indices, _answer_each(router, batch, gate)):
+        answers = answer_each(lambda part: router.predict_batch(part, min_confidence=gate), batch)
+        for i, answer in zip(indices, answers):
             results[i] = answer
     return results
 
 
-def _answer_each(router: Any, batch: List[Dict[str, Any]], gate: Any) -> List[Any]:
-    """The batch in one pass; if that fails, each request alone, so a bad one fails only
-    itself (the others' hooks then run a second time)."""
+def answer_each(answer: Callable[[List[Any]], List[Any]], batch: List[Any]) -> List[Any]:
+    """`answer(batch)` in one pass; if that fails, each request alone, so a bad one fails only
+    itself (the others' hooks then run a second time). A slot holds the answer, or the
+    exception its request alone raised."""
     try:
-        return router.predict_batch(batch, min_confidence=gate)
+        return answer(batch)
     except Exception as exc:
         if len(batch) == 1:
             return [exc]
-        return [answer for request in batch for answer in _answer_each(router, [request], gate)]
+        return [result for request in batch for result in answer_each(answer, [request])]
 
 
 def on_gpu(device: Optional[str], available: Optional[Sequence[str]] = None) -> bool:

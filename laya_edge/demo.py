@@ -1,5 +1,9 @@
 """`laya-edge demo`: the runtime end to end on the bundles shipped in `models/`, no network.
 
+Where the bundles are: in a checkout (and an editable install) the repository's `models/` next to
+the package; in an installed wheel the same files as the data package `laya_edge_models`
+(pyproject.toml maps `models/` onto it), found without importing anything heavy.
+
 `models/demo.json` names the bundle behind each of the Router's two built-in routes and says
 whether it was trained. A Router keeping one checkpoint resident serves them, so a German ticket
 after English ones shows routing, an eviction and a load; an audit hook prints every hook event
@@ -7,16 +11,19 @@ and a cache hook answers a repeated ticket without running the model.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from .hooks import BaseHook
 
 MODELS_ENV = "LAYA_EDGE_DEMO_MODELS"
+# the installed name of the repository's models/ (pyproject.toml, [tool.setuptools] package-dir)
+MODELS_PACKAGE = "laya_edge_models"
 EXPORT_HINT = "python -m laya_edge.export --recipe export/english.json"
 
 # What the demo asks of every ticket: the questions the trained demo model was trained on
@@ -53,10 +60,36 @@ TICKETS = [
 ]
 
 
+def checkout_models() -> Path:
+    """The `models/` folder next to the package in a source checkout (absent in a wheel)."""
+    return Path(__file__).resolve().parents[1] / "models"
+
+
+def installed_models() -> Optional[Path]:
+    """The folder of the installed data package `laya_edge_models`, or None where it is not
+    installed. Looks the package up without running it."""
+    try:
+        spec = importlib.util.find_spec(MODELS_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
 def models_dir() -> Path:
-    """`$LAYA_EDGE_DEMO_MODELS`, else the `models/` folder of the source checkout."""
+    """`$LAYA_EDGE_DEMO_MODELS`; else the checkout's `models/` where it has `demo.json`; else the
+    installed `laya_edge_models`; else the checkout's path, which `demo_setup` reports missing."""
     configured = os.environ.get(MODELS_ENV)
-    return Path(configured) if configured else Path(__file__).resolve().parents[1] / "models"
+    if configured:
+        return Path(configured)
+    checkout = checkout_models()
+    if (checkout / "demo.json").is_file():
+        return checkout
+    installed = installed_models()
+    if installed is not None and (installed / "demo.json").is_file():
+        return installed
+    return checkout
 
 
 def demo_setup(directory: Path) -> Dict[str, Any]:
@@ -64,8 +97,9 @@ def demo_setup(directory: Path) -> Dict[str, Any]:
     manifest = directory / "demo.json"
     if not manifest.is_file():
         raise FileNotFoundError(
-            f"no demo models at {str(directory)!r} (expected demo.json there): run the demo from "
-            f"a checkout of the laya_edge repository, which ships models/, or set {MODELS_ENV}")
+            f"no demo models at {str(directory)!r} (expected demo.json there): the wheel ships "
+            f"them as the package {MODELS_PACKAGE} (reinstall laya-edge if it is missing), a "
+            f"checkout has them in models/; or set {MODELS_ENV} or --models")
     setup = json.loads(manifest.read_text(encoding="utf-8"))
     for route in ("english", "multilingual"):
         bundle = directory / setup["routes"][route]

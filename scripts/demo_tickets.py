@@ -412,6 +412,47 @@ STATEMENTS = {
                 ("The {product} is mentioned in the ticket.", "mentions_product")],
 }
 
+# Departments under other names, for training only (`rows(..., relabel=True)`): a model that
+# meets the five fixed names every time learns them, not to read what an option says, and sits
+# near chance on other label sets (models/README.md, "Hand-written tickets"). Relabelled
+# questions use a new name per department, a new name with a description, or only descriptions
+# behind opaque names. None of these names or descriptions is one of the hand-written
+# evaluation set's (models/eval/handwritten.json; tests/test_demo_data.py checks).
+DEPARTMENT_ALIASES = {
+    "billing": ["Payments", "Accounts receivable", "Billing desk", "Invoicing", "Money matters",
+                "Charges team"],
+    "technical support": ["Tech help", "IT support", "Troubleshooting", "Product support",
+                          "Engineering", "Hardware and software help"],
+    "shipping": ["Logistics", "Dispatch", "Fulfilment", "Orders and delivery", "Shipping desk",
+                 "Post and parcels"],
+    "account access": ["Login support", "Identity", "Access management", "Password help",
+                       "User accounts", "Security"],
+    "sales": ["Pre-sales", "Quotes", "New business", "Commercial team", "Purchasing advice",
+              "Store"],
+}
+DEPARTMENT_DESCRIPTIONS = {
+    "billing": ["bills, payment problems and unexpected charges",
+                "what customers pay: amounts charged, invoices, fees",
+                "anything about money already paid or owed"],
+    "technical support": ["products or apps that fail, crash or show errors",
+                          "faults: something does not work as it should",
+                          "bugs, breakdowns and error codes"],
+    "shipping": ["orders on their way: delivery, couriers, tracking numbers",
+                 "late, lost or damaged shipments",
+                 "getting goods to the customer's door"],
+    "account access": ["signing in, passwords and security codes",
+                       "customers who cannot get into their account",
+                       "locked, hacked or compromised accounts"],
+    "sales": ["buying: quotes, discounts, new orders",
+              "people interested in purchasing something",
+              "prices and offers for new customers"],
+}
+OPAQUE_NAMES = (("Team A", "Team B", "Team C", "Team D", "Team E"),
+                ("Queue 1", "Queue 2", "Queue 3", "Queue 4", "Queue 5"),
+                ("Desk X", "Desk Y", "Desk Z", "Desk W", "Desk V"),
+                ("Option 1", "Option 2", "Option 3", "Option 4", "Option 5"))
+RELABEL_RATE = 0.6  # of the training family's department questions, with `relabel`
+
 REFUND_RATE = {"billing": 0.6, "shipping": 0.5, "technical support": 0.3, "account access": 0.1,
                "sales": 0.03}
 
@@ -528,15 +569,39 @@ def _choice_question(rng: random.Random, wording: str, labels: Tuple[str, ...], 
     return {"type": "choice", "instructions": wording, "criteria": chosen}
 
 
-def questions(rng: random.Random, item: Ticket, family: str,
-              every: bool = False) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+def _relabelled(rng: random.Random, question: Dict[str, Any],
+                answer: str) -> Tuple[Dict[str, Any], str]:
+    """The department question with its options renamed (new names, new names with
+    descriptions, or descriptions behind opaque names, in a shuffled order), and the answer's
+    new name."""
+    chosen = list(question["criteria"])
+    rng.shuffle(chosen)
+    style = rng.choice(("names", "described", "opaque"))
+    if style == "opaque":
+        names = dict(zip(chosen, rng.choice(OPAQUE_NAMES)))
+    else:
+        names = {label: rng.choice(DEPARTMENT_ALIASES[label]) for label in chosen}
+    if style == "names":
+        criteria: Any = [names[label] for label in chosen]
+    else:
+        criteria = {names[label]: rng.choice(DEPARTMENT_DESCRIPTIONS[label]) for label in chosen}
+    return dict(question, criteria=criteria), names[answer]
+
+
+def questions(rng: random.Random, item: Ticket, family: str, every: bool = False,
+              relabel: bool = False) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """`(questions, expected)` for a ticket: the five main questions (or a sample of them) and one
-    yes/no statement, worded from `family`."""
+    yes/no statement, worded from `family`; with `relabel` (training family only), the department
+    question under other option names `RELABEL_RATE` of the time."""
     descriptions = DEMO_QUESTIONS["department"]["criteria"] if family == "train" else {}
     wording = {key: rng.choice(WORDINGS[key][family]) for key in WORDINGS}
+    department = _choice_question(rng, wording["department"], DEPARTMENTS, item.department,
+                                  descriptions, subset=not every)
+    department_answer = item.department
+    if relabel and family == "train" and rng.random() < RELABEL_RATE:
+        department, department_answer = _relabelled(rng, department, item.department)
     asked = {
-        "department": (_choice_question(rng, wording["department"], DEPARTMENTS, item.department,
-                                        descriptions, subset=not every), item.department),
+        "department": (department, department_answer),
         # The demo's urgency levels say what each means ("high: needed today"); training also
         # sees the bare level names, half the time.
         "urgency": ({"type": "score", "instructions": wording["urgency"],
@@ -558,10 +623,10 @@ def questions(rng: random.Random, item: Ticket, family: str,
 
 
 def rows(family: str, count: int, seed: int, every: bool = False,
-         brief: bool = False) -> List[Dict[str, Any]]:
+         brief: bool = False, relabel: bool = False) -> List[Dict[str, Any]]:
     """`count` rows `{state, questions, expected, facts}` from `family` (the JSONL upstream
     `laya.train` reads; `facts` rides along for per-fact reports); `brief` rows hold
-    `brief_ticket`s."""
+    `brief_ticket`s; `relabel` renames the training family's department options (`questions`)."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     rng = random.Random(f"demo-tickets-{family}-{seed}{'-brief' if brief else ''}")
@@ -569,7 +634,7 @@ def rows(family: str, count: int, seed: int, every: bool = False,
     out = []
     for _ in range(count):
         item = write(rng, family)
-        asked, expected = questions(rng, item, family, every)
+        asked, expected = questions(rng, item, family, every, relabel)
         out.append({"state": item.text, "questions": asked, "expected": expected,
                     "facts": {"department": item.department, "urgency": item.urgency,
                               "churn": item.churn, "refund": item.refund,

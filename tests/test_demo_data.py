@@ -1,6 +1,11 @@
 """The generated support tickets (scripts/demo_tickets.py) that train and evaluate the demo model:
 answers that follow from the text, held-out wording the training family never uses, and
-determinism."""
+determinism; and the hand-written evaluation set (models/eval/handwritten.json), which must stay
+unlike them."""
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from modules import load_file
@@ -93,3 +98,85 @@ def test_every_answer_occurs_and_rows_are_deterministic():
     assert tickets.rows("train", 50, seed=4) != rows[:50]
     with pytest.raises(ValueError, match="family must be one of"):
         tickets.rows("test", 1, seed=0)
+
+
+def test_relabelled_department_questions_keep_the_answer_among_renamed_options():
+    plain = tickets.rows("train", 200, seed=5)
+    assert tickets.rows("train", 200, seed=5, relabel=False) == plain   # off by default
+    renamed = 0
+    for row in tickets.rows("train", 200, seed=5, relabel=True):
+        question = row["questions"].get("department")
+        if not question:
+            continue
+        options = list(question["criteria"])
+        assert row["expected"]["department"] in options
+        if not set(options) <= set(tickets.DEPARTMENTS):
+            renamed += 1
+            assert not set(options) & set(tickets.DEPARTMENTS)
+            if isinstance(question["criteria"], dict):
+                described = {text for pool in tickets.DEPARTMENT_DESCRIPTIONS.values()
+                             for text in pool}
+                assert set(question["criteria"].values()) <= described
+    assert renamed > 30
+    assert (tickets.rows("heldout", 50, seed=5, every=True, relabel=True)
+            == tickets.rows("heldout", 50, seed=5, every=True))      # never the held-out family
+
+
+# ------------------------------------------------------------ the hand-written evaluation set
+
+HANDWRITTEN = json.loads((Path(__file__).resolve().parents[1] / "models" / "eval"
+                          / "handwritten.json").read_text(encoding="utf-8"))
+
+
+def test_the_handwritten_set_is_large_enough_and_its_gold_answers_are_valid():
+    items = HANDWRITTEN["tickets"]
+    assert len(items) >= 150 and len({item["text"] for item in items}) == len(items)
+    for key, spec in HANDWRITTEN["questions"].items():
+        question = spec["question"]
+        for item in items:
+            value = item[spec["gold"]]
+            if question["type"] == "noul":
+                assert isinstance(value, bool), (key, item)
+            elif question["type"] == "score":
+                assert value in range(len(question["criteria"])), (key, item)
+            else:
+                assert spec["labels"][value] in question["criteria"], (key, item)
+    for field in ("money_back", "leaving"):
+        assert 0.1 < sum(item[field] for item in items) / len(items) < 0.5
+    assert {item["team"] for item in items} == {"pay", "fix", "ship", "login"}
+
+
+def test_the_handwritten_questions_and_labels_are_unlike_the_training_family():
+    wordings = ({w for pool in tickets.WORDINGS.values() for family in pool.values()
+                 for w in family}
+                | {w for family in tickets.STATEMENTS.values() for w, _ in family}
+                | {q["instructions"] for q in tickets.DEMO_QUESTIONS.values()})
+    known = (set(tickets.DEPARTMENTS) | set(tickets.URGENCY) | set(tickets.URGENCY_LEVELS)
+             | set(tickets.SENTIMENTS)
+             | {name for pool in tickets.DEPARTMENT_ALIASES.values() for name in pool}
+             | {name for names in tickets.OPAQUE_NAMES for name in names})
+    known_descriptions = ({t for pool in tickets.DEPARTMENT_DESCRIPTIONS.values() for t in pool}
+                          | set(tickets.DEMO_QUESTIONS["department"]["criteria"].values()))
+    for key, spec in HANDWRITTEN["questions"].items():
+        question = spec["question"]
+        assert question["instructions"] not in wordings, key
+        criteria = question.get("criteria") or []
+        assert not {label.lower() for label in criteria} & {k.lower() for k in known}, key
+        if isinstance(criteria, dict):
+            assert not set(criteria.values()) & known_descriptions, key
+
+
+def test_no_handwritten_ticket_reuses_a_generator_phrase():
+    """Every fixed stretch (20+ characters between placeholders) of every phrase pool of
+    scripts/demo_tickets.py, in either family, is absent from the hand-written tickets; greetings
+    and sign-offs ("Kind regards,") excepted."""
+    skipped = ("products", "names", "greetings", "signoffs")
+    phrases = {part.strip() for name, pool in POOLS.items()
+               if not name.startswith("wording") and name not in skipped
+               for family in pool.values() for phrase in family
+               for part in re.split(r"\{[^}]*\}", phrase) if len(part.strip()) >= 20}
+    assert len(phrases) > 200
+    for item in HANDWRITTEN["tickets"]:
+        text = item["text"].lower()
+        reused = [phrase for phrase in phrases if phrase.lower() in text]
+        assert not reused, (item["text"], reused)

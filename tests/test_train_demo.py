@@ -45,7 +45,7 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     code = train_demo.main(["--base", str(checkpoints["modernbert-tiny"]), "--ship", "fp16",
                             "--train-tickets", "16", "--calib-tickets", "6",
                             "--test-tickets", "4", "--models", str(models),
-                            "--work", str(tmp_path / "work")])
+                            "--work", str(tmp_path / "work"), "--no-handwritten"])
     assert code == 0
     bundle = models / train_demo.BUNDLE_NAME
     manifest = json.loads((bundle / "laya_edge.json").read_text())
@@ -162,3 +162,32 @@ def test_binding_loss_rewards_markers_that_carry_their_own_option():
     swapped.backward()
     assert encoded.grad is None  # the options are targets: the loss moves only the markers
     assert identity.weight.grad is not None and identity.weight.grad.abs().sum() > 0
+
+
+def test_the_handwritten_evaluation_maps_gold_answers_and_pools_kinds():
+    """scripts/eval_handwritten.py: gold answers in the form `predicted` gives, the majority
+    baseline, and per-kind figures pooled from the per-question ones by item count."""
+    hand = load_file("scripts/eval_handwritten.py", "eval_handwritten")
+    data = {"questions": {
+        "team_names": {"gold": "team", "labels": {"pay": "Money", "fix": "Fixes"},
+                       "question": {"type": "choice", "instructions": "q",
+                                    "criteria": ["Money", "Fixes"]}},
+        "money_back": {"gold": "money_back", "question": {"type": "noul", "instructions": "r"}}},
+        "tickets": [{"text": "a", "team": "pay", "money_back": True},
+                    {"text": "b", "team": "fix", "money_back": False},
+                    {"text": "c", "team": "fix", "money_back": False}]}
+    rows = hand.rows(data)
+    assert [row["expected"] for row in rows] == [
+        {"team_names": "Money", "money_back": True}, {"team_names": "Fixes", "money_back": False},
+        {"team_names": "Fixes", "money_back": False}]
+    base = hand.baselines(rows)
+    assert base["team_names"] == {"answer": "Fixes", "accuracy": round(2 / 3, 4)}
+    assert base["money_back"] == {"answer": False, "accuracy": round(2 / 3, 4)}
+    metrics = {"by_question": {
+        "money_back": {"n": 3, "accuracy": 1.0, "mean_confidence": 0.9, "ece": 0.1},
+        "leaving": {"n": 1, "accuracy": 0.0, "mean_confidence": 0.5, "ece": 0.5}}}
+    base["leaving"] = {"answer": False, "accuracy": 1.0}
+    pooled = hand.by_kind(metrics, base, rows[:1] * 3, kinds={"yes/no": ["money_back",
+                                                                         "leaving"]})
+    assert pooled["yes/no"]["n"] == 4
+    assert pooled["yes/no"]["accuracy"] == 0.75 and pooled["yes/no"]["ece"] == 0.2

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""The demo model on hand-written tickets: accuracy per question kind, baselines and ECE.
+
+`models/eval/handwritten.json` holds support tickets written by hand, not by
+`scripts/demo_tickets.py` (none of its templates, phrase pools, products or question wordings),
+each with gold answers to questions whose wording and label sets the model never trained on: a
+department choice over four new names, the same choice given only as descriptions behind opaque
+names ("Group 1"...), two yes/no questions phrased otherwise ("Does this person ask for money
+back?", "Is the customer threatening to leave?"), an urgency score with other level names and a
+mood choice with other labels.
+
+The bundle answers every question of every ticket (`laya_edge.ONNXAgent`, no torch); the figures
+are accuracy (top option right), the majority baseline (always the most frequent gold answer:
+for yes/no, always "no"), mean confidence and ECE (top-option probability, 15 equal-width bins,
+`train_demo.expected_calibration_error`), per question and per kind. With `--write` they go into
+`models/demo-report.json` under `handwritten`, and the model card `models/README.md` is
+rewritten from the report by `train_demo.model_card`, so its hand-written section is generated,
+never typed. `scripts/train_demo.py` runs the same evaluation on every bundle it trains.
+
+    python scripts/eval_handwritten.py                    # print the figures (JSON)
+    python scripts/eval_handwritten.py --write            # and record them in models/
+    python scripts/eval_handwritten.py --bundle DIR       # another bundle, e.g. a scratch run
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SET_PATH = ROOT / "models" / "eval" / "handwritten.json"
+SET_NAME = "models/eval/handwritten.json"
+
+import train_demo  # noqa: E402  (scripts/ is on the path when a script runs)
+
+# the kinds the model card reports, in this order: {kind: questions of the set}
+KINDS = {"department (new names)": ["team_names"],
+         "department (descriptions only)": ["team_described"],
+         "yes/no (reworded)": ["money_back", "leaving"],
+         "score (other level names)": ["priority"],
+         "choice (other mood labels)": ["mood"]}
+
+
+def load_set(path: Path = SET_PATH) -> Dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def gold(spec: Dict[str, Any], ticket: Dict[str, Any]) -> Any:
+    """The expected answer to one question of the set, in the form `train_demo.predicted` uses:
+    an option label for a choice, a level index for a score, a bool for yes/no."""
+    value = ticket[spec["gold"]]
+    return spec["labels"][value] if "labels" in spec else value
+
+
+def rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """`{state, questions, expected}` rows (every question asked of every ticket)."""
+    specs = data["questions"]
+    return [{"state": ticket["text"],
+             "questions": {key: spec["question"] for key, spec in specs.items()},
+             "expected": {key: gold(spec, ticket) for key, spec in specs.items()}}
+            for ticket in data["tickets"]]
+
+
+def baselines(table: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per question: the accuracy of always answering its most frequent gold answer."""
+    out = {}
+    for key in table[0]["expected"]:
+        counts = collections.Counter(json.dumps(row["expected"][key]) for row in table)
+        answer, hits = counts.most_common(1)[0]
+        out[key] = {"answer": json.loads(answer), "accuracy": round(hits / len(table), 4)}
+    return out
+
+
+def by_kind(metrics: Dict[str, Any], base: Dict[str, Dict[str, Any]],
+            table: Sequence[Dict[str, Any]],
+            kinds: Optional[Dict[str, List[str]]] = None) -> Dict[str, Dict[str, Any]]:
+    """The per-question figures pooled per kind (weighted by items), with the pooled baseline.
+    The pooled ECE is the item-weighted mean of the questions' ECEs."""
+    out = {}
+    for kind, keys in (kinds or KINDS).items():
+        entries = [metrics["by_question"][key] for key in keys]
+        n = sum(entry["n"] for entry in entries)
+        pooled = {"n": n}
+        for field in ("accuracy", "mean_confidence", "ece"):
+            pooled[field] = round(sum(e[field] * e["n"] for e in entries) / n, 4)
+        pooled["baseline"] = round(sum(base[key]["accuracy"] * e["n"]
+                                       for key, e in zip(keys, entries)) / n, 4)
+        out[kind] = pooled
+    return out
+
+
+def evaluate(bundle: Path, path: Path = SET_PATH) -> Dict[str, Any]:
+    """The `handwritten` entry of the report for `bundle`."""
+    data = load_set(path)
+    table = rows(data)
+    metrics = train_demo.evaluate_bundle(bundle, table)
+    base = baselines(table)
+    for key, entry in metrics["by_question"].items():
+        entry["baseline"] = base[key]["accuracy"]
+    return {"set": SET_NAME, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "tickets": len(table), "precision": metrics["precision"],
+            "questions": {key: {"kind": spec["kind"], "question": spec["question"]}
+                          for key, spec in data["questions"].items()},
+            "overall": metrics["overall"], "by_question": metrics["by_question"],
+            "by_kind": by_kind(metrics, base, table)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", type=Path, default=ROOT / "models" / train_demo.BUNDLE_NAME)
+    parser.add_argument("--set", type=Path, default=SET_PATH, help="the hand-written set")
+    parser.add_argument("--write", action="store_true",
+                        help="record the figures in models/demo-report.json and rewrite the "
+                             "model card models/README.md from it (the shipped bundle only)")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    result = evaluate(args.bundle, args.set)
+    print(json.dumps(result, indent=2))
+    if args.write:
+        models = ROOT / "models"
+        if args.bundle.resolve() != (models / train_demo.BUNDLE_NAME).resolve():
+            raise SystemExit("--write records the shipped bundle's figures only")
+        report_path = models / train_demo.REPORT_NAME
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+        report["handwritten"] = result
+        report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        (models / "README.md").write_text(train_demo.model_card(report), encoding="utf-8")
+    for kind, entry in result["by_kind"].items():
+        print(f"{kind:<32} accuracy {entry['accuracy']:.3f}  baseline {entry['baseline']:.3f}  "
+              f"ECE {entry['ece']:.3f}  (n={entry['n']})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

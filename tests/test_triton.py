@@ -140,6 +140,28 @@ def test_without_an_engine_cache_no_cache_path_is_named(exported, tmp_path):
                    for key in accelerator.parameters)
 
 
+def test_an_int8_variant_gets_a_cpu_model(exported, tmp_path):
+    """The int8 graph (its bytes here: the fp32 graph's, listed as the manifest lists an int8
+    variant) is served on CPU instances, beside the others."""
+    from laya_edge.export.triton_repository import write_triton_repo
+
+    copy = tmp_path / "with-int8"
+    shutil.copytree(exported["bundle"], copy)
+    manifest = json.loads((copy / "laya_edge.json").read_text())
+    graph, *sidecars = manifest["variants"]["fp32"]["files"]
+    shutil.copyfile(copy / graph, copy / "laya.int8.onnx")
+    manifest["variants"]["int8"] = dict(manifest["variants"]["fp32"],
+                                        files=["laya.int8.onnx", *sidecars])
+    (copy / "laya_edge.json").write_text(json.dumps(manifest))
+    written = write_triton_repo(copy, tmp_path / "repo")
+    assert sorted(written) == ["laya", "laya-fp16", "laya-int8", "laya-tensorrt"]
+    config = parse_config(tmp_path / "repo" / "laya-int8" / "config.pbtxt")
+    assert [group.kind for group in config.instance_group] == [2]  # KIND_CPU
+    assert not config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert ((tmp_path / "repo" / "laya-int8" / "1" / "model.onnx").read_bytes()
+            == (copy / "laya.int8.onnx").read_bytes())
+
+
 def test_a_bundle_shipped_without_fp32_gets_no_tensorrt_model(exported, tmp_path):
     from laya_edge.export.triton_repository import write_triton_repo
 

@@ -451,7 +451,32 @@ OPAQUE_NAMES = (("Team A", "Team B", "Team C", "Team D", "Team E"),
                 ("Queue 1", "Queue 2", "Queue 3", "Queue 4", "Queue 5"),
                 ("Desk X", "Desk Y", "Desk Z", "Desk W", "Desk V"),
                 ("Option 1", "Option 2", "Option 3", "Option 4", "Option 5"))
+# Urgency levels (lowest first) and sentiment labels (positive, neutral, negative) under other
+# names, for the same reason; also none of the hand-written set's.
+URGENCY_ALIASES = (("not pressing", "moderate", "pressing", "drop everything"),
+                   ("routine", "soon", "urgent", "emergency"),
+                   ("can wait", "in a few days", "by tomorrow", "immediately"),
+                   ("minor", "normal", "high priority", "critical"),
+                   ("later", "within the week", "same day", "this minute"))
+SENTIMENT_ALIASES = (("happy", "neutral in tone", "unhappy"),
+                     ("satisfied", "calm", "annoyed"),
+                     ("content", "businesslike", "frustrated"),
+                     ("warm", "plain", "angry"),
+                     ("glad", "indifferent", "irritated"))
+# More yes/no wordings (the subject as "the writer", "this person", "the client"; other verbs),
+# for training only, with `relabel`; none of them the hand-written set's.
+REWORDED = {"refund": ["Does the sender want a charge reversed?",
+                       "Is the writer after a refund or a credit?",
+                       "Does this person want us to give back what they paid?",
+                       "Is the client requesting their payment back?",
+                       "Do they want to be refunded?"],
+            "churn_risk": ["Does the writer say they might stop using us?",
+                           "Is this person about to take their business elsewhere?",
+                           "Does the sender mention cancelling their account?",
+                           "Could this client walk away?",
+                           "Do they say they will quit?"]}
 RELABEL_RATE = 0.6  # of the training family's department questions, with `relabel`
+RENAME_RATE = 0.4   # of its urgency and sentiment questions, with `relabel`
 
 REFUND_RATE = {"billing": 0.6, "shipping": 0.5, "technical support": 0.3, "account access": 0.1,
                "sales": 0.03}
@@ -592,7 +617,9 @@ def questions(rng: random.Random, item: Ticket, family: str, every: bool = False
               relabel: bool = False) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """`(questions, expected)` for a ticket: the five main questions (or a sample of them) and one
     yes/no statement, worded from `family`; with `relabel` (training family only), the department
-    question under other option names `RELABEL_RATE` of the time."""
+    question under other option names `RELABEL_RATE` of the time, and each of these
+    `RENAME_RATE` of the time: urgency levels and sentiment labels under other names, the refund
+    and churn questions in other words (`REWORDED`)."""
     descriptions = DEMO_QUESTIONS["department"]["criteria"] if family == "train" else {}
     wording = {key: rng.choice(WORDINGS[key][family]) for key in WORDINGS}
     department = _choice_question(rng, wording["department"], DEPARTMENTS, item.department,
@@ -600,17 +627,27 @@ def questions(rng: random.Random, item: Ticket, family: str, every: bool = False
     department_answer = item.department
     if relabel and family == "train" and rng.random() < RELABEL_RATE:
         department, department_answer = _relabelled(rng, department, item.department)
+    # The demo's urgency levels say what each means ("high: needed today"); training also
+    # sees the bare level names, half the time.
+    levels = URGENCY if family == "train" and rng.random() < 0.5 else URGENCY_LEVELS
+    moods = dict(zip(SENTIMENTS, SENTIMENTS))
+    if relabel and family == "train":
+        for key, pool in REWORDED.items():
+            if rng.random() < RENAME_RATE:
+                wording[key] = rng.choice(pool)
+        if rng.random() < RENAME_RATE:
+            levels = rng.choice(URGENCY_ALIASES)
+        if rng.random() < RENAME_RATE:
+            moods = dict(zip(SENTIMENTS, rng.choice(SENTIMENT_ALIASES)))
     asked = {
         "department": (department, department_answer),
-        # The demo's urgency levels say what each means ("high: needed today"); training also
-        # sees the bare level names, half the time.
         "urgency": ({"type": "score", "instructions": wording["urgency"],
-                     "criteria": list(URGENCY if family == "train" and rng.random() < 0.5
-                                      else URGENCY_LEVELS)}, item.urgency),
+                     "criteria": list(levels)}, item.urgency),
         "churn_risk": ({"type": "noul", "instructions": wording["churn_risk"]}, item.churn),
         "refund": ({"type": "noul", "instructions": wording["refund"]}, item.refund),
-        "sentiment": (_choice_question(rng, wording["sentiment"], SENTIMENTS, item.sentiment, {},
-                                       subset=False), item.sentiment),
+        "sentiment": (_choice_question(rng, wording["sentiment"], tuple(moods.values()),
+                                       moods[item.sentiment], {}, subset=False),
+                      moods[item.sentiment]),
     }
     statement, fact = rng.choice(STATEMENTS[family])
     product = item.product if rng.random() < 0.5 else rng.choice(PRODUCTS[family])
@@ -626,7 +663,7 @@ def rows(family: str, count: int, seed: int, every: bool = False,
          brief: bool = False, relabel: bool = False) -> List[Dict[str, Any]]:
     """`count` rows `{state, questions, expected, facts}` from `family` (the JSONL upstream
     `laya.train` reads; `facts` rides along for per-fact reports); `brief` rows hold
-    `brief_ticket`s; `relabel` renames the training family's department options (`questions`)."""
+    `brief_ticket`s; `relabel` renames the training family's options (`questions`)."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     rng = random.Random(f"demo-tickets-{family}-{seed}{'-brief' if brief else ''}")

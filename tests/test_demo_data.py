@@ -41,6 +41,7 @@ def test_statements_are_worded_differently_per_family_over_the_same_facts():
 def test_heldout_rows_never_use_training_products_or_question_wordings():
     train_products = set(tickets.PRODUCTS["train"])
     train_wordings = ({w for pool in tickets.WORDINGS.values() for w in pool["train"]}
+                      | {w for pool in tickets.REWORDED.values() for w in pool}
                       | {w for w, _ in tickets.STATEMENTS["train"]})
     for row in tickets.rows("heldout", 200, seed=0, every=True):
         assert not any(f" {product}" in row["state"] for product in train_products), row["state"]
@@ -122,6 +123,26 @@ def test_relabelled_department_questions_keep_the_answer_among_renamed_options()
             == tickets.rows("heldout", 50, seed=5, every=True))      # never the held-out family
 
 
+def test_relabelled_rows_rename_levels_and_moods_and_reword_yes_no_questions():
+    plain_levels = {tuple(tickets.URGENCY), tuple(tickets.URGENCY_LEVELS)}
+    renamed = {"urgency": 0, "sentiment": 0, "refund": 0, "churn_risk": 0}
+    for row in tickets.rows("train", 300, seed=6, relabel=True):
+        asked, expected, facts = row["questions"], row["expected"], row["facts"]
+        if "urgency" in asked and tuple(asked["urgency"]["criteria"]) not in plain_levels:
+            assert tuple(asked["urgency"]["criteria"]) in tickets.URGENCY_ALIASES
+            assert expected["urgency"] == facts["urgency"]
+            renamed["urgency"] += 1
+        if "sentiment" in asked and expected["sentiment"] not in tickets.SENTIMENTS:
+            labels = tuple(asked["sentiment"]["criteria"])
+            assert labels in tickets.SENTIMENT_ALIASES
+            assert expected["sentiment"] == labels[tickets.SENTIMENTS.index(facts["sentiment"])]
+            renamed["sentiment"] += 1
+        for key in ("refund", "churn_risk"):
+            if key in asked and asked[key]["instructions"] in tickets.REWORDED[key]:
+                renamed[key] += 1
+    assert all(count > 20 for count in renamed.values()), renamed
+
+
 # ------------------------------------------------------------ the hand-written evaluation set
 
 HANDWRITTEN = json.loads((Path(__file__).resolve().parents[1] / "models" / "eval"
@@ -149,12 +170,15 @@ def test_the_handwritten_set_is_large_enough_and_its_gold_answers_are_valid():
 def test_the_handwritten_questions_and_labels_are_unlike_the_training_family():
     wordings = ({w for pool in tickets.WORDINGS.values() for family in pool.values()
                  for w in family}
+                | {w for pool in tickets.REWORDED.values() for w in pool}
                 | {w for family in tickets.STATEMENTS.values() for w, _ in family}
                 | {q["instructions"] for q in tickets.DEMO_QUESTIONS.values()})
     known = (set(tickets.DEPARTMENTS) | set(tickets.URGENCY) | set(tickets.URGENCY_LEVELS)
              | set(tickets.SENTIMENTS)
              | {name for pool in tickets.DEPARTMENT_ALIASES.values() for name in pool}
-             | {name for names in tickets.OPAQUE_NAMES for name in names})
+             | {name for names in tickets.OPAQUE_NAMES for name in names}
+             | {name for names in tickets.URGENCY_ALIASES + tickets.SENTIMENT_ALIASES
+                for name in names})
     known_descriptions = ({t for pool in tickets.DEPARTMENT_DESCRIPTIONS.values() for t in pool}
                           | set(tickets.DEMO_QUESTIONS["department"]["criteria"].values()))
     for key, spec in HANDWRITTEN["questions"].items():

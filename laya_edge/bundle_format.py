@@ -280,3 +280,14 @@ def check_config(config: Mapping[str, Any], label: Any) -> None:
     if not isinstance(temperature, (list, tuple)) or len(temperature) != 3:
         raise ValueError(f"Incompatible model: {label!r} temperature must be a list of 3 floats, "
                          f"got {temperature!r}")
+
+
+def slower_than_fp32(manifest: Optional[Mapping[str, Any]]) -> frozenset:
+    """The variants the exporter timed at no faster than fp32 on its CPU (their manifest entry's
+    `speed`), which `precision="auto"` passes over on the CPU. Bundles without the timing (older
+    exports, `--skip-verify`) list none."""
+    variants = (manifest or {}).get("variants") or {}
+    return frozenset(name for name, entry in variants.items()
+                     if isinstance(entry, Mapping) and isinstance(entry.get("speed"), Mapping)
+                     and isinstance(entry["speed"].get("speedup"), (int, float))
+                     and entry["speed"]["speedup"] <= 1.0)

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .bundle_format import CONFIG, MANIFEST, check_file, files_under, missing_files, read_manifest
+from .bundle_format import (CONFIG, MANIFEST, check_file, files_under, missing_files, read_manifest,
+                            slower_than_fp32)
 from .bundle_source import read_files, resolve
 
 VERIFICATION_KEYS = ("passed", "skipped", "argmax_agreement", "max_abs_p", "p99_abs_p", "rows")
@@ -35,7 +36,8 @@ def describe_bundle(directory: Path, device: Optional[str] = None,
     graph = manifest.get("graph", {})
     available = onnxruntime.get_available_providers()
     chosen = plan(device, precision, available, source.variants,
-                  shape_ranges=graph.get("shape_ranges"))
+                  shape_ranges=graph.get("shape_ranges"),
+                  slower_than_fp32=slower_than_fp32(manifest))
     return {
         "bundle": str(directory),
         "format_version": manifest.get("format_version"),
@@ -50,6 +52,7 @@ def describe_bundle(directory: Path, device: Optional[str] = None,
         "variants": {name: {"files": entry.get("files", []), "bytes": entry.get("bytes"),
                             "present": name in source.variants,
                             "optimisations": entry.get("optimisations", []),
+                            "speedup_vs_fp32": (entry.get("speed") or {}).get("speedup"),
                             "verification": {key: (entry.get("verification") or {}).get(key)
                                              for key in VERIFICATION_KEYS}}
                      for name, entry in (manifest.get("variants") or {}).items()},
@@ -83,7 +86,9 @@ def summary_lines(report: Dict[str, Any]) -> List[str]:
                    f"{check.get('argmax_agreement', 0):.4f}, max |dp| "
                    f"{check.get('max_abs_p', 0):.2e}")
         size = f"{entry['bytes'] / 1e6:.1f} MB" if entry.get("bytes") else "?"
-        lines.append(f"  {name:<5} {size:>9}  {verdict}"
+        speed = (f", {entry['speedup_vs_fp32']:.2f}x fp32 at export"
+                 if entry.get("speedup_vs_fp32") is not None else "")
+        lines.append(f"  {name:<5} {size:>9}  {verdict}{speed}"
                      + ("" if entry["present"] else "  (file missing)"))
     files = report["files_checked"]
     lines.append(f"files      {files['listed']} listed, "

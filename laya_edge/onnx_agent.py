@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .bundle_format import (CONFIG, MANIFEST, MIN_MARKERS, TOKENIZER_DIR, builtin_bundle_dir,
-                            check_config, sha256_file)
+                            check_config, sha256_file, slower_than_fp32)
 from .bundle_source import resolve, verify
 from .confidence import apply_gate, check_min_confidence
 from .decode import Temperatures, act_probabilities, decode_state, empty_payload
@@ -76,7 +76,8 @@ class ONNXAgent(HookRegistry):
         self.plan = plan(device, precision, onnxruntime.get_available_providers(),
                          source.variants, source.graph_sha256(fp32) if fp32 else "",
                          (self.manifest or {}).get("graph", {}).get("shape_ranges"),
-                         providers, provider_options, gpu_mem_limit=gpu_mem_limit)
+                         providers, provider_options, gpu_mem_limit=gpu_mem_limit,
+                         slower_than_fp32=slower_than_fp32(self.manifest))
         self._variants = dict(source.variants)
         verify(source, self.plan.graph, expected_sha256)
         self._source_info = {

@@ -13,7 +13,8 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 from .accelerators import (DEFAULT_SHAPE_RANGES, RunLimits, check_gpu_mem_limit, cuda_options,
                            gpu_name, prepare_provider_directories, run_limits, tensorrt_cache_dir,
@@ -110,13 +111,18 @@ def _check_precision(precision: Optional[str]) -> str:
 
 
 def _pick_precision(name: str, device: str, variants: Mapping[str, Path],
-                    reasons: List[str]) -> str:
+                    reasons: List[str], slow: AbstractSet[str] = frozenset()) -> str:
+    """The variant to run; `slow` names those the exporter timed slower than fp32 on the CPU,
+    which auto leaves for fp32 there."""
     if name == "auto":
         preferred = {"cpu": "int8", "cuda": "fp16", "tensorrt": "fp16"}.get(device, "fp32")
-        chosen = next(p for p in (preferred, "fp32", *PRECISIONS[1:]) if p in variants)
-        reasons.append(f"precision=auto on {device}: {chosen}"
-                       + ("" if chosen == preferred else f" (the bundle has no {preferred} "
-                                                         "variant)"))
+        skipped = device == "cpu" and preferred in slow and "fp32" in variants
+        chosen = next(p for p in (preferred, "fp32", *PRECISIONS[1:])
+                      if p in variants and not (skipped and p == preferred))
+        why = ("" if chosen == preferred else
+               f" (its {preferred} variant was timed slower than fp32 at export)" if skipped else
+               f" (the bundle has no {preferred} variant)")
+        reasons.append(f"precision=auto on {device}: {chosen}{why}")
         return chosen
     if name not in variants:
         how = ("re-export it without --ship" if name == "fp32" else
@@ -126,14 +132,15 @@ def _pick_precision(name: str, device: str, variants: Mapping[str, Path],
     return name
 
 
-def _cpu_fallback(requested: str, device_id: int, variants: Mapping[str, Path]) -> Plan:
+def _cpu_fallback(requested: str, device_id: int, variants: Mapping[str, Path],
+                  slow: AbstractSet[str]) -> Plan:
     """The last resort: the CPU, with the precision planned for the CPU. An fp16 request was
     for the GPU: the CPU runs fp32 in its place when the bundle has it."""
     reasons: List[str] = []
     name = "fp32" if requested == "fp16" and "fp32" in variants else requested
     if name != "auto" and name not in variants:
         name = "auto"
-    precision = _pick_precision(name, "cpu", variants, reasons)
+    precision = _pick_precision(name, "cpu", variants, reasons, slow)
     return Plan("cpu", device_id, precision, variants[precision], [CPU], reasons,
                 run_limits("cpu"))
 
@@ -141,15 +148,16 @@ def _cpu_fallback(requested: str, device_id: int, variants: Mapping[str, Path]) 
 def _device_plan(device: str, device_id: int, requested: str, variants: Mapping[str, Path],
                  available: Sequence[str], reasons: List[str], graph_sha256: str,
                  shape_ranges: Optional[Mapping[str, Mapping[str, int]]],
-                 trt_cache_root: Optional[str], gpu_mem_limit: Optional[int]) -> Plan:
-    precision = _pick_precision(requested, device, variants, reasons)
+                 trt_cache_root: Optional[str], gpu_mem_limit: Optional[int],
+                 slow: AbstractSet[str]) -> Plan:
+    precision = _pick_precision(requested, device, variants, reasons, slow)
     graph = variants[precision]
     if device == "cpu":
         return Plan("cpu", device_id, precision, graph, [CPU], reasons, run_limits("cpu"))
     cuda = (CUDA, cuda_options(device_id, gpu_mem_limit))
     if device == "cuda":
         return Plan("cuda", device_id, precision, graph, [cuda, CPU], reasons, run_limits("cuda"),
-                    _cpu_fallback(requested, device_id, variants))
+                    _cpu_fallback(requested, device_id, variants, slow))
     # TensorRT reduces precision itself; it is fed the fp32 graph.
     if "fp32" not in variants:
         raise ValueError(f"device='tensorrt' builds its engine from the fp32 graph, which this "
@@ -162,8 +170,8 @@ def _device_plan(device: str, device_id: int, requested: str, variants: Mapping[
     reasons.append(f"tensorrt: fp32 graph, trt_fp16_enable={precision == 'fp16'}, "
                    f"engine cache {cache}")
     fallback = (_device_plan("cuda", device_id, requested, variants, available, [],
-                             graph_sha256, shape_ranges, trt_cache_root, gpu_mem_limit)
-                if CUDA in available else _cpu_fallback(requested, device_id, variants))
+                             graph_sha256, shape_ranges, trt_cache_root, gpu_mem_limit, slow)
+                if CUDA in available else _cpu_fallback(requested, device_id, variants, slow))
     return Plan("tensorrt", device_id, precision, variants["fp32"], [trt, cuda, CPU],
                 reasons, run_limits("tensorrt", ranges), fallback)
 
@@ -200,7 +208,8 @@ def _caller_providers(providers: Any, provider_options: Any) -> List[Any]:
 
 def _caller_plan(kind: str, device_id: int, index_given: bool, requested: str,
                  providers: List[Any], variants: Mapping[str, Path], reasons: List[str],
-                 shape_ranges: Optional[Mapping[str, Mapping[str, int]]]) -> Plan:
+                 shape_ranges: Optional[Mapping[str, Mapping[str, int]]],
+                 slow: AbstractSet[str]) -> Plan:
     """A plan for the caller's own provider list: the device is the first provider's, and
     `device=` may only agree with it."""
     first = providers[0]
@@ -217,9 +226,9 @@ def _caller_plan(kind: str, device_id: int, index_given: bool, requested: str,
                          f"device_id={listed}; pass one of them")
     device_id = device_id if listed is None else int(listed)
     reasons.append(f"providers=: used as given; device {device} (their first provider)")
-    precision = _pick_precision(requested, device, variants, reasons)
+    precision = _pick_precision(requested, device, variants, reasons, slow)
     graph = variants["fp32" if device == "tensorrt" and "fp32" in variants else precision]
-    fallback = None if device == "cpu" else _cpu_fallback(requested, device_id, variants)
+    fallback = None if device == "cpu" else _cpu_fallback(requested, device_id, variants, slow)
     return Plan(device, device_id, precision, graph, providers, reasons,
                 run_limits(device, shape_ranges), fallback)
 
@@ -229,9 +238,11 @@ def plan(device: Optional[str], precision: Optional[str], available: Sequence[st
          shape_ranges: Optional[Mapping[str, Mapping[str, int]]] = None,
          providers: Optional[Sequence[Any]] = None,
          provider_options: Optional[Sequence[Dict[str, Any]]] = None,
-         trt_cache_root: Optional[str] = None, gpu_mem_limit: Optional[int] = None) -> Plan:
+         trt_cache_root: Optional[str] = None, gpu_mem_limit: Optional[int] = None,
+         slower_than_fp32: AbstractSet[str] = frozenset()) -> Plan:
     """Decide device, variant, providers, run limits and fallbacks. `variants` maps precision
-    -> graph file."""
+    -> graph file; `slower_than_fp32` names the variants the exporter timed slower than fp32
+    on the CPU (the manifest's record), which precision="auto" passes over there."""
     kind, device_id = parse_device(device)
     requested = _check_precision(precision)
     gpu_mem_limit = check_gpu_mem_limit(gpu_mem_limit)
@@ -239,12 +250,13 @@ def plan(device: Optional[str], precision: Optional[str], available: Sequence[st
     if providers is not None:
         return _caller_plan(kind, device_id, ":" in str(device or ""), requested,
                             _caller_providers(providers, provider_options), variants, reasons,
-                            shape_ranges)
+                            shape_ranges, slower_than_fp32)
     if provider_options is not None:
         raise ValueError("provider_options needs providers= (one options dict per provider)")
     chosen = _pick_device(kind, available, reasons)
     return _device_plan(chosen, device_id, requested, variants, available, reasons,
-                        graph_sha256, shape_ranges, trt_cache_root, gpu_mem_limit)
+                        graph_sha256, shape_ranges, trt_cache_root, gpu_mem_limit,
+                        slower_than_fp32)
 
 
 def disabled_optimizers_for(provider_names: Sequence[str]) -> Dict[str, List[str]]:

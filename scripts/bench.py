@@ -37,9 +37,11 @@ real-encoder checkpoint, both written by laya_edge.export.synthetic) the script
     python scripts/bench.py --work /tmp/bench --json bench.json --markdown bench.md
     python scripts/bench.py --kinds minilm --iters 10 --rounds 2      # quicker
 
-The laya_edge bundle is exported with `--skip-verify`: export verification refuses int8 graphs
-of random checkpoints (see docs/export.md); here the agreement columns measure every runtime,
-int8 included, against upstream torch on the benchmark's own inputs. Builds are kept in
+The laya_edge bundle is exported with `--skip-verify` (its int8 graph is then every weight
+multiplication quantised, unchecked); here the agreement columns measure every runtime, int8
+included, against upstream torch on the benchmark's own inputs. `--verified-int8` exports it
+verified instead, so the int8 row is the graph an export would ship (the int8 search's mixed
+graph or the weight-only fallback, docs/export.md). Builds are kept in
 `--work` between runs; remove its `bundles/` after changing the exporter.
 
 laya_edge's modules are byte-compiled before anything is timed, as pip does when it installs a
@@ -163,22 +165,24 @@ def size_mb(paths: Sequence[Path]) -> float:
     return total / 1e6
 
 
-def export(checkpoint: Path, bundle: Path, what: str, *flags: str) -> None:
+def export(checkpoint: Path, bundle: Path, what: str, *flags: str, verify: bool = False) -> None:
     if not (bundle / MANIFEST).exists():
         call([sys.executable, "-m", "laya_edge.export", str(checkpoint), "--out", str(bundle),
-              *flags, "--skip-verify", "--quiet", "--force"], what)
+              *flags, *(() if verify else ("--skip-verify",)), "--quiet", "--force"], what)
 
 
-def prepare(kind: str, work: Path) -> Dict[str, Path]:
+def prepare(kind: str, work: Path, verified_int8: bool = False) -> Dict[str, Path]:
     """The checkpoint, the laya_edge bundle, the plain export and edgejev's fp32/int8
     directories for a kind."""
-    checkpoint, bundle = work / "checkpoints" / kind, work / "bundles" / kind
+    checkpoint = work / "checkpoints" / kind
+    bundle = work / "bundles" / (f"{kind}-verified" if verified_int8 else kind)
     plain = work / "bundles" / f"{kind}-plain"
     edge_int8, edge_fp32 = work / "edgejev" / f"{kind}-int8", work / "edgejev" / f"{kind}-fp32"
     if not (checkpoint / "rl_agent_config.json").exists():
         call([sys.executable, "-m", "laya_edge.export.synthetic", "--kind", kind,
               "--out", str(checkpoint)], f"{kind}: checkpoint")
-    export(checkpoint, bundle, f"{kind}: laya_edge export", "--precision", "fp32,int8")
+    export(checkpoint, bundle, f"{kind}: laya_edge export", "--precision", "fp32,int8",
+           *(("--allow-slow-int8",) if verified_int8 else ()), verify=verified_int8)
     export(checkpoint, plain, f"{kind}: plain export", "--no-fuse", "--no-readout")
     if not (edge_int8 / "edgejev.json").exists():
         shutil.rmtree(edge_int8, ignore_errors=True)
@@ -273,9 +277,9 @@ def summarise(name: str, samples: List[Dict[str, Any]], questions: int) -> Dict[
 
 
 def bench_kind(kind: str, work: Path, inputs: Path, iters: int, rounds: int,
-               repeats: int) -> Dict[str, Any]:
+               repeats: int, verified_int8: bool = False) -> Dict[str, Any]:
     log(f"{kind}: preparing")
-    paths = prepare(kind, work)
+    paths = prepare(kind, work, verified_int8)
     specs = runtimes(paths)
     questions = 32 * len(json.loads(inputs.read_text(encoding="utf-8"))["q4"])
     samples: Dict[str, List[Dict[str, Any]]] = {spec["name"]: [] for spec in specs}
@@ -430,6 +434,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--imports", type=int, default=5, help="fresh interpreters per import")
     parser.add_argument("--no-session-cache", dest="session_cache", action="store_false",
                         help="leave laya_edge's session cache (LAYA_EDGE_SESSION_CACHE) off")
+    parser.add_argument("--verified-int8", action="store_true",
+                        help="export the laya_edge bundle verified (with --allow-slow-int8), so "
+                             "its int8 row is the graph an export ships: the int8 search's "
+                             "mixed graph or the weight-only fallback (docs/export.md, int8)")
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here")
     args = parser.parse_args(argv)
@@ -448,12 +456,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     imports = import_times(args.imports)
     kinds = []
     for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
-        result = bench_kind(kind, work, inputs, args.iters, args.rounds, args.repeats)
+        result = bench_kind(kind, work, inputs, args.iters, args.rounds, args.repeats,
+                            args.verified_int8)
         result["ratios"] = ratios(result, imports)
         kinds.append(result)
     report = {"machine": machine(), "imports": imports, "kinds": kinds,
               "settings": {"iters": args.iters, "rounds": args.rounds,
-                           "repeats": args.repeats, "session_cache": args.session_cache}}
+                           "repeats": args.repeats, "session_cache": args.session_cache,
+                           "verified_int8": args.verified_int8}}
     publish(report, markdown(report), args.json, args.markdown)
     return 0
 

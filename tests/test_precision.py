@@ -173,25 +173,41 @@ def test_fp16_answers_agree_with_upstream_torch(fp16_bundle, checkpoints):
 
 def _record_weight_only_schemes(monkeypatch) -> list:
     """Make the pipeline's weight-only builds record their (block, symmetric) scheme."""
-    from laya_edge.export import pipeline
+    from laya_edge.export import int8_variant
 
-    real, schemes = pipeline.to_int8_weight_only, []
+    real, schemes = int8_variant.to_int8_weight_only, []
 
     def recorded(source, target, embeddings, external, block, symmetric):
         schemes.append((block, symmetric))
         return real(source, target, embeddings, external, block, symmetric)
 
-    monkeypatch.setattr(pipeline, "to_int8_weight_only", recorded)
+    monkeypatch.setattr(int8_variant, "to_int8_weight_only", recorded)
     return schemes
+
+
+def _search_finds_nothing(monkeypatch) -> list:
+    """Make the int8 search find no mixed graph (it is tested on its own in
+    test_int8_search.py, and costs minutes on MiniLM); record that it ran."""
+    from laya_edge.export import int8_search
+
+    calls = []
+
+    def nothing(nodes, *_args):
+        calls.append(len(nodes))
+        return int8_search.SearchOutcome(None, [], {}, [], len(nodes))
+
+    monkeypatch.setattr(int8_search, "search_mixed_int8", nothing)
+    return calls
 
 
 def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path, monkeypatch):
     """int8 of the random-head ModernBERT-style test checkpoint misses the bar, dynamic and
-    every weight-only scheme alike: the export tries them all, refuses the variant, says where
-    it diverged, and writes nothing."""
+    every weight-only scheme alike (and here the mixed-precision search finds nothing): the
+    export tries them all, refuses the variant, says where it diverged, and writes nothing."""
     from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
 
     schemes = _record_weight_only_schemes(monkeypatch)
+    searched = _search_finds_nothing(monkeypatch)
     out = tmp_path / "int8"
     with pytest.raises(VerificationError) as failed:
         export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
@@ -203,7 +219,7 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
     assert report["precision"] == "int8" and report["passed"] is False
     assert report["argmax_agreement"] < 0.99 or report["max_abs_p"] > 0.05
     assert not out.exists() and not list(tmp_path.glob(".int8.*"))
-    assert schemes == list(WEIGHT_ONLY_SCHEMES)
+    assert schemes == list(WEIGHT_ONLY_SCHEMES) and len(searched) == 1
 
 
 def test_embedding_tables_are_quantised_row_by_row():
@@ -259,18 +275,22 @@ def test_embedding_tables_are_quantised_row_by_row():
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpoints, tmp_path,
                                                                          monkeypatch):
-    """Every dynamically quantised graph of the generated MiniLM checkpoint misses the int8
-    bar (MiniLM's activation outliers); the weight-only schemes are tried smallest first until
-    one passes, and that graph ships and answers."""
+    """Every fully quantised dynamic graph of the generated MiniLM checkpoint misses the int8
+    bar (MiniLM's activation outliers), and here the search finds no mixed graph; the
+    weight-only schemes are tried smallest first until one passes, and that graph ships (it is
+    not faster than fp32, hence allow_slow_int8) and answers."""
     import onnx
 
     from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
 
     schemes = _record_weight_only_schemes(monkeypatch)
+    searched = _search_finds_nothing(monkeypatch)
     out = tmp_path / "int8"
     export_bundle(ExportOptions(source=str(checkpoints["minilm"]), out=out,
                                 exporter="torchscript", precisions=("fp32", "int8"),
-                                int8_embeddings=True, ship=("int8",)), Progress(quiet=True))
+                                int8_embeddings=True, ship=("int8",), allow_slow_int8=True),
+                  Progress(quiet=True))
+    assert len(searched) == 1
     variant = read_manifest(out)["variants"]["int8"]
     assert variant["verification"]["passed"] is True
     assert variant["optimisations"][-1].startswith("weight-only int8")
@@ -290,17 +310,19 @@ def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpo
 
 def test_the_weight_only_fallback_is_not_tried_when_a_dynamic_graph_passes(
         checkpoints, tmp_path, monkeypatch):
-    from laya_edge.export import pipeline
+    from laya_edge.export import int8_variant
 
     def never(*_args):
         raise AssertionError("the weight-only fallback ran although a dynamic graph passed")
 
-    monkeypatch.setattr(pipeline, "to_int8_weight_only", never)
+    monkeypatch.setattr(int8_variant, "to_int8_weight_only", never)
+    searched = _search_finds_nothing(monkeypatch)
     monkeypatch.setitem(THRESHOLDS, "int8", {"argmax_agreement": 0.0, "max_abs_p": 1.0})
     out = tmp_path / "int8"
     export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
-                                exporter="torchscript", precisions=("fp32", "int8")),
-                  Progress(quiet=True))
+                                exporter="torchscript", precisions=("fp32", "int8"),
+                                allow_slow_int8=True), Progress(quiet=True))
+    assert not searched
     optimisations = read_manifest(out)["variants"]["int8"]["optimisations"]
     assert optimisations[-1].startswith("dynamic int8 quantisation")
 

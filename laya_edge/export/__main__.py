@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "bundle, fp32 still verified but not written")
     parser.add_argument("--int8-embeddings", action="store_true",
                         help="also quantise the embedding table in the int8 variant (smaller)")
+    parser.add_argument("--allow-slow-int8", action="store_true",
+                        help="ship an int8 variant even when it is not faster than fp32 on this "
+                             "machine (the export times both; without this flag a slow int8 "
+                             "fails the export, and precision='auto' prefers fp32 over one)")
     parser.add_argument("--no-fuse", dest="fuse", action="store_false",
                         help="keep the plain ONNX graph: no onnxruntime fusions (attention, GELU); "
                              "the fused graph runs on onnxruntime only")
@@ -144,7 +148,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         force=args.force, skip_verify=args.skip_verify, exporter=args.exporter,
         opset=args.opset or recipe.get("opset", DEFAULT_OPSET),
         external_data=args.external_data, shape_ranges=shapes, probe_seed=args.probe_seed,
-        precisions=precisions, ship=ship, int8_embeddings=args.int8_embeddings, fuse=args.fuse,
+        precisions=precisions, ship=ship, int8_embeddings=args.int8_embeddings,
+        allow_slow_int8=args.allow_slow_int8, fuse=args.fuse,
         readout=args.readout,
         recipe=os.path.basename(args.recipe) if args.recipe else None)
 

@@ -20,17 +20,19 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .. import __version__
 from ..bundle_format import (CONFIG, FORMAT, FORMAT_VERSION, GRAPH, MANIFEST, TOKENIZER_DIR,
-                             TOKENIZER_FILES, digests, files_under, sidecar, write_manifest)
+                             TOKENIZER_FILES, digests, files_under, write_manifest)
 from ..tokenizer import load_tokenizer, special_tokens
 from . import checkpoint as ckpt
 from .forward import readout_module, supports_readout
 from .fusion import fuse_for_ort
 from .graph import DEFAULT_OPSET, describe, export_graph
 from .graph_limits import position_limit, shape_ranges
-from .precision import VARIANT_FILES, WEIGHT_ONLY_SCHEMES, to_fp16, to_int8, to_int8_weight_only
-from .probes import probe_cases
+from .candidates import best_candidate, remove_graph, replace_graph, variant_entry, verified
+from .int8_variant import int8_variant
+from .precision import VARIANT_FILES, to_fp16
+from .probes import held_out_cases, probe_cases
 from .logs import third_party_quiet
-from .verify import require_pass, run_reference, verify_graph
+from .verify import require_pass, run_reference
 
 _log = logging.getLogger("laya_edge.export")
 READOUT = ("read-out: the last head layer evaluated at the option markers and position 0 only, "
@@ -55,6 +57,7 @@ class ExportOptions:
     precisions: Tuple[str, ...] = ("fp32",)
     ship: Optional[Tuple[str, ...]] = None  # variants written to the bundle; None: all built
     int8_embeddings: bool = False
+    allow_slow_int8: bool = False
     fuse: bool = True
     readout: bool = True
     probe_seed: int = 0
@@ -186,8 +189,11 @@ def _build(options: ExportOptions, build: Path,
         from .reference import Reference
 
         reference = Reference(checkpoint.directory)
-        cases = probe_cases(int(checkpoint.config.get("max_len", 512)), options.probe_seed)
-        runs = run_reference(reference, cases)
+        max_len = int(checkpoint.config.get("max_len", 512))
+        runs = run_reference(reference, probe_cases(max_len, options.probe_seed))
+        # int8 is chosen among candidates on `runs`, then verified on probes none was chosen on
+        held_out = (run_reference(reference, held_out_cases(max_len, options.probe_seed))
+                    if "int8" in options.precisions and not options.skip_verify else [])
     graph_path = build / GRAPH
     readout = options.readout and supports_readout(reference.model)
     if options.readout and not readout:
@@ -211,11 +217,11 @@ def _build(options: ExportOptions, build: Path,
             optimisations.append(READOUT)
     if options.skip_verify:
         progress.log("verify: skipped (--skip-verify)")
-        report = _verified(graph_path, "fp32", runs, reference, skip=True)
+        report = verified(graph_path, "fp32", runs, reference, skip=True)
     else:
         with progress.stage("verify", f"{sum(len(r.rows) for r in runs)} probe rows, torch vs "
                                       "onnxruntime"):
-            report = _verified(graph_path, "fp32", runs, reference, skip=False)
+            report = verified(graph_path, "fp32", runs, reference, skip=False)
             require_pass(report, graph_path)
     fused = None
     if options.fuse:
@@ -234,14 +240,15 @@ def _build(options: ExportOptions, build: Path,
         with progress.stage(precision, f"building and verifying the {precision} variant"):
             variants[precision] = _reduced_variant(precision, options, build, source,
                                                    graph_info["external_data"], runs, reference,
-                                                   list(inherited), (graph_path, optimisations))
+                                                   list(inherited), (graph_path, optimisations),
+                                                   held_out, progress)
     if fused:
-        _replace_graph(graph_path, fused[0])
+        replace_graph(graph_path, fused[0])
         optimisations, report = fused_optimisations, fused[2]
         graph_info.update(describe(graph_path))
-    variants = {"fp32": _variant_entry(build, GRAPH, "fp32", optimisations, report), **variants}
+    variants = {"fp32": variant_entry(build, GRAPH, "fp32", optimisations, report), **variants}
     for precision in set(variants) - set(options.ship or variants):
-        _remove_graph(build / variants.pop(precision)["files"][0])
+        remove_graph(build / variants.pop(precision)["files"][0])
     tokenizer_dir = build / TOKENIZER_DIR
     specials = special_tokens(tokenizer_dir, load_tokenizer(tokenizer_dir).tokenizer)
     return {
@@ -271,7 +278,7 @@ def _fuse(graph: Path, external: bool, runs: List[Any], reference: Any, options:
     candidate = staging / graph.name
     try:
         applied = fuse_for_ort(graph, candidate, external)
-        report = _verified(candidate, "fp32", runs, reference, options.skip_verify)
+        report = verified(candidate, "fp32", runs, reference, options.skip_verify)
     except Exception as exc:  # a rewriter failure costs speed, never the export
         progress.log(f"fuse: kept the plain graph ({type(exc).__name__}: {exc})")
         shutil.rmtree(staging)
@@ -285,93 +292,24 @@ def _fuse(graph: Path, external: bool, runs: List[Any], reference: Any, options:
         f"{name} x{count}" for name, count in sorted(applied.items())), report
 
 
-def _replace_graph(graph: Path, built: Path) -> None:
-    """Put the graph built at `built` (with its sidecar, in a directory of its own) in place of
-    `graph`, and remove that directory."""
-    _remove_graph(graph)
-    for produced in built.parent.iterdir():
-        produced.rename(graph.parent / produced.name)
-    built.parent.rmdir()
-
-
-def _verified(graph: Path, precision: str, runs: List[Any], reference: Any,
-              skip: bool) -> Dict[str, Any]:
-    if skip:
-        return {"skipped": True, "passed": None, "precision": precision}
-    return dict(verify_graph(graph, runs, reference, precision), skipped=False)
-
-
-def _variant_entry(build: Path, name: str, precision: str, optimisations: List[str],
-                   report: Dict[str, Any]) -> Dict[str, Any]:
-    files = [name] + ([sidecar(name)] if (build / sidecar(name)).exists() else [])
-    return {"precision": precision, "files": files, "optimisations": optimisations,
-            "bytes": sum((build / f).stat().st_size for f in files), "verification": report}
-
-
-def _remove_graph(path: Path) -> None:
-    for doomed in (path, path.with_name(sidecar(path.name))):
-        doomed.unlink(missing_ok=True)
-
-
-def _rank(report: Dict[str, Any]) -> Tuple[bool, float, float]:
-    """Candidates compare by: passes its thresholds, decisive agreement, smaller drift."""
-    return (bool(report.get("passed")), report.get("decisive_agreement", 0.0),
-            -report.get("max_abs_p", 0.0))
-
-
 def _reduced_variant(precision: str, options: ExportOptions, build: Path, source_graph: Path,
                      external: bool, runs: List[Any], reference: Any, inherited: List[str],
-                     plain: Tuple[Path, List[str]]) -> Dict[str, Any]:
-    """Build the variant (int8: per-tensor and per-channel, each with full and 7-bit weight
-    range, keeping the best), verify it against PyTorch, and refuse it when it misses its
-    thresholds. `source_graph` is the graph it is made from, `inherited` what was done to that
-    graph; `plain` is the unfused graph and its list, which the weight-only int8 fallback is made
-    from: its schemes, smallest first, are tried only while no candidate passes."""
-    if precision == "fp16":
-        candidates = [(lambda target: to_fp16(source_graph, target, external), inherited)]
-    else:
-        candidates = [(lambda target, channel=channel, reduce=reduce: to_int8(
-                           source_graph, target, channel, reduce, options.int8_embeddings,
-                           external), inherited)
-                      for channel in (False, True) for reduce in (False, True)]
-    if options.skip_verify:  # nothing to rank the candidates by
-        candidates = candidates[:1]
-    best = _best_candidate(VARIANT_FILES[precision], candidates, build, precision, runs,
-                           reference, options.skip_verify)
-    if precision == "int8" and not options.skip_verify:
-        for block, symmetric in WEIGHT_ONLY_SCHEMES:
-            if best[2].get("passed"):
-                break
-            fallback = [(lambda target, block=block, symmetric=symmetric: to_int8_weight_only(
-                             plain[0], target, options.int8_embeddings, external, block,
-                             symmetric), plain[1])]
-            best = _best_candidate(VARIANT_FILES[precision], fallback, build, precision, runs,
-                                   reference, False, best)
-    candidate, optimisations, report = best
+                     plain: Tuple[Path, List[str]], held_out: List[Any],
+                     progress: Progress) -> Dict[str, Any]:
+    """Build the variant from `source_graph` (`inherited`: what was done to that graph), verify
+    it against PyTorch and refuse it when it misses its thresholds; int8 is chosen, held-out
+    verified and timed by `int8_variant`, its weight-only fallback made from `plain` (the
+    unfused graph and its list)."""
+    if precision == "int8":
+        return int8_variant(options, build, source_graph, external, runs, held_out, reference,
+                            inherited, plain, progress.log)
+    candidate, optimisations, report = best_candidate(
+        VARIANT_FILES[precision], [(lambda target: to_fp16(source_graph, target, external),
+                                    inherited)], build, precision, runs, reference,
+        options.skip_verify)
     require_pass(report, build / candidate.name)
-    _replace_graph(build / candidate.name, candidate)
-    return _variant_entry(build, candidate.name, precision, optimisations, report)
-
-
-def _best_candidate(name: str, candidates: List[Tuple[Any, List[str]]], build: Path,
-                    precision: str, runs: List[Any], reference: Any, skip: bool,
-                    best: Optional[Tuple[Path, List[str], Dict[str, Any]]] = None
-                    ) -> Tuple[Path, List[str], Dict[str, Any]]:
-    """Build and verify each candidate, keeping the best by `_rank` (starting from `best`):
-    (graph path, optimisations, verification report)."""
-    for builder, inherited in candidates:
-        # Each candidate under its final name, in a directory of its own: a graph names its
-        # external-data sidecar by file name, so neither may be renamed afterwards.
-        candidate = Path(tempfile.mkdtemp(prefix=f"{name}.attempt", dir=build)) / name
-        optimisations = inherited + builder(candidate)
-        report = _verified(candidate, precision, runs, reference, skip)
-        if best is None or _rank(report) > _rank(best[2]):
-            if best is not None:
-                shutil.rmtree(best[0].parent)
-            best = (candidate, optimisations, report)
-        else:
-            shutil.rmtree(candidate.parent)
-    return best
+    replace_graph(build / candidate.name, candidate)
+    return variant_entry(build, candidate.name, precision, optimisations, report)
 
 
 def read_recipe(path: Any) -> Dict[str, Any]:

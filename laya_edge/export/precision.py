@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import Any, Iterator, List, Set, Tuple
+from typing import Any, Iterator, List, Sequence, Set, Tuple
 
 from ..bundle_format import sidecar
 from .logs import third_party_quiet
@@ -88,18 +88,18 @@ def quiet_quantiser() -> Iterator[None]:
 
 
 def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, embeddings: bool,
-            external: bool) -> List[str]:
+            external: bool, keep_fp32: Sequence[str] = ()) -> List[str]:
     """Dynamic int8 quantisation of the weight matrix multiplications, fused attention
-    projections included (and optionally the embedding table, for size). `reduce_range` keeps
-    weights to 7 bits, which avoids the saturating u8 x s8 multiply-add of CPUs without VNNI at a
-    little resolution."""
+    projections included (and optionally the embedding table, for size), except the nodes named
+    in `keep_fp32`. `reduce_range` keeps weights to 7 bits, which avoids the saturating
+    u8 x s8 multiply-add of CPUs without VNNI at a little resolution."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     operators = ["MatMul", "Gemm", "Attention"] + (["Gather"] if embeddings else [])
     with quiet_quantiser():
         quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
                          per_channel=per_channel, reduce_range=reduce_range,
-                         op_types_to_quantize=operators,
+                         op_types_to_quantize=operators, nodes_to_exclude=list(keep_fp32),
                          extra_options={"MatMulConstBOnly": True},
                          use_external_data_format=external)
     return [f"dynamic int8 quantisation of {', '.join(operators)} weights "

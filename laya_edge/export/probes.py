@@ -91,3 +91,14 @@ def probe_cases(max_len: int, seed: int = 0) -> List[ProbeCase]:
                    "refund": _noul(rng, False)}),
     ]
     return cases
+
+
+# Added to the seed for the held-out probes: far from any seed a caller would pick next.
+HELD_OUT_SEED_OFFSET = 1_000_003
+
+
+def held_out_cases(max_len: int, seed: int = 0) -> List[ProbeCase]:
+    """Probe batches of the same kinds with other texts and labels: a variant chosen among
+    candidates on `probe_cases(max_len, seed)` is verified again on these, which no choice saw."""
+    return [case._replace(name=f"held-out-{case.name}")
+            for case in probe_cases(max_len, seed + HELD_OUT_SEED_OFFSET)]

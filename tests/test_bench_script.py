@@ -73,7 +73,7 @@ def test_end_to_end_on_a_tiny_checkpoint(tmp_path):
     table = tmp_path / "bench.md"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--kinds",
                            "modernbert-tiny", "--work", str(tmp_path / "work"), "--iters", "3",
-                           "--rounds", "1", "--repeats", "2", "--imports", "1", "--json", str(out),
+                           "--rounds", "1", "--repeats", "1", "--imports", "1", "--json", str(out),
                            "--markdown", str(table)],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -84,7 +84,8 @@ def test_end_to_end_on_a_tiny_checkpoint(tmp_path):
                      "upstream ONNXAgent fp32, laya_edge graph", "upstream torch fp32",
                      "edgejev fp32", "edgejev int8"]
     for row in kind["runtimes"]:
-        assert row["processes"] == 2 and row["1x1"]["samples"] == 6
+        # one process per runtime here: pooling over repeats is the test above's
+        assert row["processes"] == 1 and row["1x1"]["samples"] == 3
         assert row["1x1"]["p50_ms"] > 0 and row["1x10"]["p90_ms"] >= row["1x10"]["p50_ms"]
         assert row["32x4"]["questions_per_s"] > 0 and row["peak_mb"] >= row["loaded_peak_mb"] > 0
         assert row["size_mb"] > 0 and 0 <= row["argmax_agreement"] <= 1

@@ -8,15 +8,15 @@ node, and keep it fp32, by measurement.
 """
 import json
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import laya_edge
+from agent_support import edge_agent
 from laya_edge import session as S
 from laya_edge.bundle_format import read_manifest
+from laya_edge.bundle_report import describe_bundle, summary_lines
 from laya_edge.export import ExportOptions, Progress, export_bundle
 from laya_edge.export import __main__ as cli
 from laya_edge.export import int8_search, int8_variant, speed
@@ -26,12 +26,6 @@ from laya_edge.export.verify import THRESHOLDS
 OUTLIER_LAYER, OUTLIER_FEATURE = 1, 5
 QUESTIONS = {"dept": {"type": "choice", "instructions": "Which team?",
                       "criteria": ["billing", "technical", "sales"]}}
-
-
-def quiet_load(path, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return laya_edge.load(str(path), **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -151,14 +145,20 @@ def test_a_slow_int8_is_refused_unless_allowed(checkpoints, tmp_path, monkeypatc
                        "--exporter", "torchscript", "--precision", "int8"])
     assert status == 1 and "--allow-slow-int8" in capsys.readouterr().err
     assert cli.main([str(checkpoints["modernbert-tiny"]), "--out", str(out), "--quiet",
-                     "--exporter", "torchscript", "--precision", "int8",
+                     "--exporter", "torchscript", "--precision", "int8", "--json",
                      "--allow-slow-int8"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["variants"]["int8"]["speed"]["speedup"] == 0.8
     assert read_manifest(out)["variants"]["int8"]["speed"]["speedup"] == 0.8
-    agent = quiet_load(out)
+    agent = edge_agent(out)
     info = agent.runtime_info()
     assert info["precision"] == "fp32"
     assert "int8 variant was timed slower than fp32" in " ".join(info["reasons"])
-    assert quiet_load(out, precision="int8").runtime_info()["precision"] == "int8"
+    assert edge_agent(out, precision="int8").runtime_info()["precision"] == "int8"
+    described = describe_bundle(out)
+    assert described["variants"]["int8"]["speedup_vs_fp32"] == 0.8
+    assert described["would_run"]["precision"] == "fp32"
+    assert any("0.80x fp32 at export" in line for line in summary_lines(described))
     assert agent.system_one("charged twice", QUESTIONS)["answers"]["dept"]["type"] == "choice"
 
 
@@ -192,3 +192,31 @@ def test_the_count_schedule_keeps_one_node_quantised():
         counts = int8_search._counts_to_try(total)
         assert counts[0] == 1 and counts[-1] == total - 1
         assert np.all(np.diff(counts) > 0) and len(counts) <= total.bit_length() + 1
+
+
+def test_the_search_keeps_the_fewest_most_harmful_nodes_and_cleans_up(tmp_path):
+    """The search's logic on a stand-in graph whose drift is the sum of what each quantised
+    node adds: three harmful nodes among ten, the third too small to fail the bar alone but
+    enough to miss the headroom."""
+    harm = {f"n{i}": 0.001 for i in range(10)} | {"n3": 0.2, "n7": 0.1, "n1": 0.03}
+    nodes = [(name, "MatMul") for name in harm]
+
+    def build(target, keep_fp32):
+        target.write_text(json.dumps(sorted(set(harm) - set(keep_fp32))))
+        return [f"{len(keep_fp32)} kept"]
+
+    def evaluate(graph):
+        drift = sum(harm[name] for name in json.loads(graph.read_text()))
+        return {"max_abs_p": drift, "decisive_agreement": 1.0, "passed": drift <= 0.05}
+
+    outcome = int8_search.search_mixed_int8(nodes, tmp_path, "graph.onnx", build, evaluate,
+                                            lambda report: report["max_abs_p"] <= 0.025,
+                                            lambda _message: None)
+    assert [entry["node"] for entry in outcome.kept_fp32] == ["n3", "n7", "n1"]
+    assert outcome.kept_fp32[0]["alone_max_abs_p"] == 0.2
+    assert outcome.optimisations == ["3 kept"] and outcome.report["max_abs_p"] < 0.025
+    assert [point["kept_fp32"] for point in outcome.curve] == sorted(
+        point["kept_fp32"] for point in outcome.curve)
+    assert [p["accepted"] for p in outcome.curve if p["kept_fp32"] in (2, 3)] == [False, True]
+    assert list(tmp_path.iterdir()) == [outcome.graph.parent]  # every other attempt removed
+    assert outcome.record()["quantisable_nodes"] == 10

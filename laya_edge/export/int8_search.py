@@ -107,15 +107,20 @@ def search_mixed_int8(nodes: Sequence[Tuple[str, str]], build_dir: Path, name: s
     ops = dict(nodes)
     alone = sensitivities(nodes, build_dir, name, build, evaluate, log)
     order = most_harmful_first(alone)
-    tried: Dict[int, Tuple[Path, List[str], Dict[str, Any]]] = {}
+    chosen: Optional[Tuple[Path, List[str], Dict[str, Any]]] = None  # the fewest accepted
     curve: List[Dict[str, Any]] = []
 
     def attempt(count: int) -> bool:
+        nonlocal chosen
         candidate = attempt_path(build_dir, name)
         optimisations = build(candidate, order[:count])
         report = evaluate(candidate)
-        tried[count] = (candidate, optimisations, report)
         accepted = accept(report)
+        if accepted:  # counts only go down once one is accepted
+            discard(chosen[0] if chosen is not None else None)
+            chosen = (candidate, optimisations, report)
+        else:
+            discard(candidate)
         curve.append(curve_point(count, report, accepted))
         log(f"int8 search: {count} of {len(names)} nodes kept fp32: max |dp| "
             f"{report['max_abs_p']:.3f}, decisive agreement "
@@ -134,10 +139,6 @@ def search_mixed_int8(nodes: Sequence[Tuple[str, str]], build_dir: Path, name: s
             passing = middle
         else:
             failing = middle
-    chosen = tried.get(passing) if passing is not None else None
-    for count, (candidate, _, _) in tried.items():
-        if count != passing:
-            discard(candidate)
     kept = [{"node": node, "op": ops[node],
              "alone_max_abs_p": alone[node]["max_abs_p"],
              "alone_decisive_agreement": alone[node]["decisive_agreement"]}

@@ -170,8 +170,9 @@ def export_bundle(options: ExportOptions, progress: Optional[Progress] = None) -
     return {"out": str(out), "format_version": FORMAT_VERSION,
             "exporter": manifest["graph"]["exporter"],
             "verification": reference_report,
-            "variants": {precision: {key: entry[key] for key in ("files", "bytes")}
-                         | {"verification": entry["verification"]}
+            "variants": {precision: {key: entry[key] for key in ("files", "bytes",
+                                                                  "verification", "speed")
+                                     if key in entry}
                          for precision, entry in manifest["variants"].items()},
             "bytes": sum(entry["bytes"] for entry in manifest["files"].values()),
             "stages": progress.durations}

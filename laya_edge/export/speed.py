@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 from ..bundle_format import GRAPH_INPUTS, GRAPH_OUTPUTS
-from ..session import CPU, disabled_optimizers_for
+from .verify import cpu_session
 
 ROUNDS = 7
 # Probe batches longer than this are left out of the timing: a service's requests are mostly
@@ -42,15 +42,6 @@ def cpu_description() -> Dict[str, Any]:
             "amx": "amx_int8" in flags}
 
 
-def _session(graph: Path) -> Any:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(graph), options, providers=[CPU],
-                                **disabled_optimizers_for([CPU]))
-
-
 def _seconds(session: Any, batches: Sequence[Dict[str, Any]]) -> float:
     started = time.perf_counter()
     for batch in batches:
@@ -68,7 +59,7 @@ def timing_batches(runs: Sequence[Any]) -> List[Dict[str, Any]]:
 def speedup_over(baseline: Path, candidate: Path, batches: Sequence[Dict[str, Any]],
                  rounds: int = ROUNDS) -> Dict[str, Any]:
     """`{"speedup": baseline time / candidate time, ...}` on `batches`, as described above."""
-    sessions = {"baseline": _session(baseline), "candidate": _session(candidate)}
+    sessions = {"baseline": cpu_session(baseline), "candidate": cpu_session(candidate)}
     for session in sessions.values():  # the first run of a session allocates
         _seconds(session, batches)
     ratios: List[float] = []

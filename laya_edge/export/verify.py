@@ -61,16 +61,21 @@ def _softmax(values: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum()
 
 
-def verify_graph(graph: Path, runs: Sequence[ProbeRun], reference: Any,
-                 precision: str = "fp32") -> Dict[str, Any]:
-    """Run the probe set through onnxruntime (CPU, as the runtime's CPU session runs it) and
-    compare with the reference outputs."""
+def cpu_session(graph: Path) -> Any:
+    """An onnxruntime CPU session for `graph`, set up as the runtime's CPU session is."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(graph), options, providers=[CPU],
-                                   **disabled_optimizers_for([CPU]))
+    return ort.InferenceSession(str(graph), options, providers=[CPU],
+                                **disabled_optimizers_for([CPU]))
+
+
+def verify_graph(graph: Path, runs: Sequence[ProbeRun], reference: Any,
+                 precision: str = "fp32") -> Dict[str, Any]:
+    """Run the probe set through onnxruntime (CPU, as the runtime's CPU session runs it) and
+    compare with the reference outputs."""
+    session = cpu_session(graph)
     dp, dlogits, dact, dact_p, disagreements = [], [], [], [], []
     worst = {"abs_p": -1.0}
     rows_total = decisive_rows = 0

@@ -28,7 +28,7 @@ from laya_edge import bundle_format as fmt  # noqa: E402
 from laya_edge.export import ExportOptions, Progress, VerificationError, export_bundle  # noqa: E402
 from laya_edge.export import __main__ as cli  # noqa: E402
 from laya_edge.export import checkpoint as ckpt  # noqa: E402
-from laya_edge.export import graph_limits, pipeline, verify  # noqa: E402
+from laya_edge.export import candidates, graph_limits, pipeline, verify  # noqa: E402
 from laya_edge.export.graph import DEFAULT_OPSET  # noqa: E402
 from laya_edge.export.probes import probe_cases  # noqa: E402
 from laya_edge.export.reference import Reference  # noqa: E402
@@ -566,7 +566,7 @@ def test_export_exits_3_and_writes_nothing_when_verification_fails(checkpoints, 
         return real_verify(perturbed_copy(graph, tmp_path / "tampered", -1.0), runs, reference,
                            precision)
 
-    monkeypatch.setattr(pipeline, "verify_graph", verify_tampered_graph)
+    monkeypatch.setattr(candidates, "verify_graph", verify_tampered_graph)
     out = tmp_path / "out" / "bundle"
     code = cli.main([str(checkpoints["modernbert-tiny"]), "--out", str(out),
                      "--exporter", "torchscript", "--quiet", "--json"])
@@ -818,7 +818,7 @@ def test_failure_after_the_build_started_keeps_the_previous_bundle(bundles, chec
         assert re.fullmatch(r"\.bundle\..+\.partial", graph.parent.name)
         raise failure("onnxruntime fell over")
 
-    monkeypatch.setattr(pipeline, "verify_graph", verify_then_fail)
+    monkeypatch.setattr(candidates, "verify_graph", verify_then_fail)
     with pytest.raises(failure, match="onnxruntime fell over"):
         torchscript_export(checkpoints["modernbert-tiny"], out, force=True)
     assert len(seen) == 1
@@ -833,7 +833,7 @@ def test_skip_verify_is_recorded(checkpoints, monkeypatch, tmp_path, capsys):
     def must_not_run(*args, **kwargs):
         raise AssertionError("verification ran despite --skip-verify")
 
-    monkeypatch.setattr(pipeline, "verify_graph", must_not_run)
+    monkeypatch.setattr(candidates, "verify_graph", must_not_run)
     out = tmp_path / "bundle"
     code = cli.main([str(checkpoints["modernbert-tiny"]), "--out", str(out), "--skip-verify",
                      "--exporter", "torchscript", "--quiet", "--json"])

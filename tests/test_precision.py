@@ -281,16 +281,25 @@ def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpo
     not faster than fp32, hence allow_slow_int8) and answers."""
     import onnx
 
+    from laya_edge.export import speed
     from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
 
     schemes = _record_weight_only_schemes(monkeypatch)
     searched = _search_finds_nothing(monkeypatch)
+    timed = []
+
+    def untimed(baseline, candidate, batches):
+        """Timing MiniLM's probe batches costs minutes; it is tested in test_int8_search.py."""
+        timed.append(candidate)
+        return {"speedup": 0.0, "rounds": 0, "cpu": speed.cpu_description()}
+
+    monkeypatch.setattr(speed, "speedup_over", untimed)
     out = tmp_path / "int8"
     export_bundle(ExportOptions(source=str(checkpoints["minilm"]), out=out,
                                 exporter="torchscript", precisions=("fp32", "int8"),
                                 int8_embeddings=True, ship=("int8",), allow_slow_int8=True),
                   Progress(quiet=True))
-    assert len(searched) == 1
+    assert len(searched) == 1 and len(timed) == 1  # only the chosen graph is timed
     variant = read_manifest(out)["variants"]["int8"]
     assert variant["verification"]["passed"] is True
     assert variant["optimisations"][-1].startswith("weight-only int8")

@@ -42,6 +42,7 @@ def measure(checkpoint: Path, work: Path, counts: Sequence[int]) -> Dict[str, An
     from laya_edge.bundle_format import GRAPH, read_manifest
     from laya_edge.export import int8_search, speed
     from laya_edge.export.candidates import attempt_path, discard, rank, verified
+    from laya_edge.export.int8_variant import SETTINGS
     from laya_edge.export.precision import to_int8
     from laya_edge.export.probes import held_out_cases, probe_cases
     from laya_edge.export.reference import Reference
@@ -64,7 +65,7 @@ def measure(checkpoint: Path, work: Path, counts: Sequence[int]) -> Dict[str, An
         return to_int8(graph, target, setting[0], setting[1], False, external, keep_fp32)
 
     settings = []
-    for setting in ((False, False), (False, True), (True, False), (True, True)):
+    for setting in SETTINGS:
         candidate = attempt_path(scratch, name)
         build(setting, (), candidate)
         settings.append((rank(verified(candidate, "int8", search_runs, reference, False)),

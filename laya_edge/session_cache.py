@@ -30,7 +30,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from .digest_cache import stat_signature
 
@@ -69,20 +69,28 @@ def cache_root(setting: Setting = None) -> Optional[Path]:
     return Path(os.path.expanduser(os.fspath(setting)))
 
 
-def _cpu_description() -> str:
-    """The CPU as its packed-weight layout depends on it: model name and feature flags."""
+def cpuinfo_fields(names: Sequence[str]) -> Optional[Dict[str, str]]:
+    """The first value of each of `names` in /proc/cpuinfo; None where it cannot be read."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             lines = handle.read().splitlines()
     except OSError:
-        return platform.processor()
-    wanted = {}
+        return None
+    found: Dict[str, str] = {}
     for line in lines:
         name, _, value = line.partition(":")
-        name = name.strip()
-        if name in ("model name", "flags", "Features", "CPU implementer", "CPU part"):
-            wanted.setdefault(name, " ".join(sorted(value.split())))
-    return json.dumps(wanted, sort_keys=True)
+        if name.strip() in names:
+            found.setdefault(name.strip(), value.strip())
+    return found
+
+
+def _cpu_description() -> str:
+    """The CPU as its packed-weight layout depends on it: model name and feature flags."""
+    fields = cpuinfo_fields(("model name", "flags", "Features", "CPU implementer", "CPU part"))
+    if fields is None:
+        return platform.processor()
+    return json.dumps({name: " ".join(sorted(value.split())) for name, value in fields.items()},
+                      sort_keys=True)
 
 
 def entry_key(graph_digest: str, disabled_optimizers: Sequence[str]) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
 from ..bundle_format import GRAPH_INPUTS, GRAPH_OUTPUTS
+from ..session_cache import cpuinfo_fields
 from .verify import cpu_session
 
 ROUNDS = 7
@@ -25,18 +26,9 @@ TIMING_MAX_TOKENS = 512
 
 def cpu_description() -> Dict[str, Any]:
     """The processor the figure was measured on, and whether it has int8 dot-product units."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
+    fields = cpuinfo_fields(("model name", "flags")) or {}
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    flags = set(fields.get("flags", "").split())
     return {"model": model, "avx2": "avx2" in flags,
             "vnni": bool(flags & {"avx512_vnni", "avx_vnni"}),
             "amx": "amx_int8" in flags}

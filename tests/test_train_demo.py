@@ -1,6 +1,7 @@
 """scripts/train_demo.py: its metrics, a full smoke run on a tiny checkpoint, and seeded
 reproducibility of training and calibration."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,9 +31,16 @@ def test_evaluate_counts_per_type_and_per_question():
              "expected": {"d": "b", "u": True}},
             {"state": "t", "questions": {"d": {"type": "choice"}, "u": {"type": "noul"}},
              "expected": {"d": "a", "u": True}}]
-    answer = {"answers": {"d": {"probabilities": {"a": 0.4, "b": 0.6}, "answer_confidence": 0.6},
-                          "u": {"noul": 0.9, "answer_confidence": 0.9}}}
-    metrics = train_demo.evaluate(lambda row: answer, rows)
+    answer = {"d": {"probabilities": {"a": 0.4, "b": 0.6}, "answer_confidence": 0.6},
+              "u": {"noul": 0.9, "answer_confidence": 0.9}}
+    calls = []
+
+    def predict_batch(states, questions):
+        calls.append((states, list(questions)))
+        return [{"answers": {key: answer[key] for key in questions}} for _ in states]
+
+    metrics = train_demo.evaluate(predict_batch, rows)
+    assert calls == [(["s", "t"], ["d"]), (["s", "t"], ["u"])]  # one batch per question
     assert metrics["by_type"]["choice"] == {"n": 2, "accuracy": 0.5, "mean_confidence": 0.6,
                                             "ece": 0.1}
     assert metrics["by_type"]["noul"]["accuracy"] == 1.0
@@ -102,7 +110,7 @@ def test_curriculum_trains_one_kind_at_a_time_then_mixes():
     import random
 
     kinds = train_demo.CURRICULUM
-    items = [{"key": key, "i": i} for key in kinds for i in range(40)]
+    items = [{"key": key, "i": i, "length": (7 * i) % 40} for key in kinds for i in range(40)]
     batches = train_demo.curriculum(items, 2, random.Random(0))
     phases = batches[:2 * len(kinds)]
     assert [batch[0]["key"] for batch in phases] == [key for key in kinds for _ in range(2)]
@@ -112,6 +120,13 @@ def test_curriculum_trains_one_kind_at_a_time_then_mixes():
     seen = [(it["key"], it["i"]) for batch in batches for it in batch]
     assert sorted(seen) == sorted((it["key"], it["i"]) for it in items)
     assert any(len({it["key"] for it in batch}) > 1 for batch in mixed)
+    # length-bucketed: less padding than the same items batched in shuffled order
+    def padded(groups):
+        return sum(max(it["length"] for it in group) * len(group) for group in groups)
+    rest = [it for batch in mixed for it in batch]
+    random.Random(1).shuffle(rest)
+    shuffled = [rest[i:i + train_demo.BATCH] for i in range(0, len(rest), train_demo.BATCH)]
+    assert padded(mixed) < padded(shuffled)
 
 
 def test_learning_rate_warms_up_stays_flat_through_the_phases_then_decays():
@@ -191,3 +206,21 @@ def test_the_handwritten_evaluation_maps_gold_answers_and_pools_kinds():
                                                                          "leaving"]})
     assert pooled["yes/no"]["n"] == 4
     assert pooled["yes/no"]["accuracy"] == 0.75 and pooled["yes/no"]["ece"] == 0.2
+
+
+def test_answers_by_question_are_the_answers_of_asking_each_row():
+    """Batched one question at a time over the rows gives each row's own answers."""
+    import laya_edge
+
+    bundle = Path(__file__).resolve().parents[1] / "models" / train_demo.BUNDLE_NAME
+    agent = laya_edge.ONNXAgent(str(bundle))
+    rows = train_demo.splits(0, 0, 0, 6)["test"]
+    batched = train_demo.answers_by_question(agent.predict_batch, rows)
+    for row, answers in zip(rows, batched):
+        alone = agent.system_one(row["state"], row["questions"])["answers"]
+        assert answers.keys() == alone.keys()
+        for key, answer in answers.items():
+            assert answer["answer_confidence"] == pytest.approx(
+                alone[key]["answer_confidence"], abs=2e-4)
+            assert (train_demo.predicted(answer, row["questions"][key])
+                    == train_demo.predicted(alone[key], row["questions"][key]))

@@ -171,9 +171,11 @@ def export(checkpoint: Path, bundle: Path, what: str, *flags: str, verify: bool 
               *flags, *(() if verify else ("--skip-verify",)), "--quiet", "--force"], what)
 
 
-def prepare(kind: str, work: Path, verified_int8: bool = False) -> Dict[str, Path]:
+def prepare(kind: str, work: Path, verified_int8: bool = False,
+            exporter: Optional[str] = None) -> Dict[str, Path]:
     """The checkpoint, the laya_edge bundle, the plain export and edgejev's fp32/int8
-    directories for a kind."""
+    directories for a kind; `exporter` is the laya_edge exports' `--exporter` (default: the
+    exporter's own)."""
     checkpoint = work / "checkpoints" / kind
     bundle = work / "bundles" / (f"{kind}-verified" if verified_int8 else kind)
     plain = work / "bundles" / f"{kind}-plain"
@@ -181,9 +183,10 @@ def prepare(kind: str, work: Path, verified_int8: bool = False) -> Dict[str, Pat
     if not (checkpoint / "rl_agent_config.json").exists():
         call([sys.executable, "-m", "laya_edge.export.synthetic", "--kind", kind,
               "--out", str(checkpoint)], f"{kind}: checkpoint")
-    export(checkpoint, bundle, f"{kind}: laya_edge export", "--precision", "fp32,int8",
+    chosen = ("--exporter", exporter) if exporter else ()
+    export(checkpoint, bundle, f"{kind}: laya_edge export", "--precision", "fp32,int8", *chosen,
            *(("--allow-slow-int8",) if verified_int8 else ()), verify=verified_int8)
-    export(checkpoint, plain, f"{kind}: plain export", "--no-fuse", "--no-readout")
+    export(checkpoint, plain, f"{kind}: plain export", "--no-fuse", "--no-readout", *chosen)
     if not (edge_int8 / "edgejev.json").exists():
         shutil.rmtree(edge_int8, ignore_errors=True)
         call([sys.executable, "-m", "edgejev.cli", "build", "--backend", "laya", "--model",
@@ -277,9 +280,10 @@ def summarise(name: str, samples: List[Dict[str, Any]], questions: int) -> Dict[
 
 
 def bench_kind(kind: str, work: Path, inputs: Path, iters: int, rounds: int,
-               repeats: int, verified_int8: bool = False) -> Dict[str, Any]:
+               repeats: int, verified_int8: bool = False,
+               exporter: Optional[str] = None) -> Dict[str, Any]:
     log(f"{kind}: preparing")
-    paths = prepare(kind, work, verified_int8)
+    paths = prepare(kind, work, verified_int8, exporter)
     specs = runtimes(paths)
     questions = 32 * len(json.loads(inputs.read_text(encoding="utf-8"))["q4"])
     samples: Dict[str, List[Dict[str, Any]]] = {spec["name"]: [] for spec in specs}
@@ -438,6 +442,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="export the laya_edge bundle verified (with --allow-slow-int8), so "
                              "its int8 row is the graph an export ships: the int8 search's "
                              "mixed graph or the weight-only fallback (docs/export.md, int8)")
+    parser.add_argument("--exporter", choices=("dynamo", "torchscript"), default=None,
+                        help="the laya_edge exports' --exporter (default: the exporter's own); "
+                             "torchscript builds faster, the answers are the same")
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here")
     args = parser.parse_args(argv)
@@ -457,13 +464,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     kinds = []
     for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
         result = bench_kind(kind, work, inputs, args.iters, args.rounds, args.repeats,
-                            args.verified_int8)
+                            args.verified_int8, args.exporter)
         result["ratios"] = ratios(result, imports)
         kinds.append(result)
     report = {"machine": machine(), "imports": imports, "kinds": kinds,
               "settings": {"iters": args.iters, "rounds": args.rounds,
                            "repeats": args.repeats, "session_cache": args.session_cache,
-                           "verified_int8": args.verified_int8}}
+                           "verified_int8": args.verified_int8, "exporter": args.exporter}}
     publish(report, markdown(report), args.json, args.markdown)
     return 0
 

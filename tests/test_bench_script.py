@@ -73,7 +73,8 @@ def test_end_to_end_on_a_tiny_checkpoint(tmp_path):
     table = tmp_path / "bench.md"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench.py"), "--kinds",
                            "modernbert-tiny", "--work", str(tmp_path / "work"), "--iters", "3",
-                           "--rounds", "1", "--repeats", "1", "--imports", "1", "--json", str(out),
+                           "--rounds", "1", "--repeats", "1", "--imports", "1", "--exporter",
+                           "torchscript", "--json", str(out),
                            "--markdown", str(table)],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -95,6 +96,7 @@ def test_end_to_end_on_a_tiny_checkpoint(tmp_path):
     assert plain.endswith("modernbert-tiny-plain") and own == kind["runtimes"][0]["path"]
     plain_manifest = json.loads((Path(plain) / "laya_edge.json").read_text())
     assert plain_manifest["graph"]["forward"] == "model"
+    assert plain_manifest["graph"]["exporter"] == "torchscript" == report["settings"]["exporter"]
     torch_row = kind["runtimes"][4]
     assert torch_row["argmax_agreement"] == 1.0 and torch_row["max_abs_p"] == 0.0
     assert kind["runtimes"][0]["argmax_agreement"] == 1.0  # fp32 answers as torch does

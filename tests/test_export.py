@@ -1039,7 +1039,7 @@ def test_no_fuse_and_no_readout_export_the_models_own_forward(checkpoints, tmp_p
     position of the last head layer computed; still verified like any graph."""
     out = tmp_path / "bundle"
     code = cli.main([str(checkpoints["minilm"]), "--out", str(out), "--no-fuse", "--no-readout",
-                     "--json"])
+                     "--exporter", "torchscript", "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert code == 0 and "fuse" not in summary["stages"]
     manifest = read_manifest(out)

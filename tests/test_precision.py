@@ -275,15 +275,17 @@ def test_embedding_tables_are_quantised_row_by_row():
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpoints, tmp_path,
                                                                          monkeypatch):
-    """Every fully quantised dynamic graph of the generated MiniLM checkpoint misses the int8
-    bar (MiniLM's activation outliers), and here the search finds no mixed graph; the
-    weight-only schemes are tried smallest first until one passes, and that graph ships (it is
-    not faster than fp32, hence allow_slow_int8) and answers."""
+    """The fully quantised dynamic graph of the generated MiniLM checkpoint misses the int8
+    bar (MiniLM's activation outliers; one of the dynamic settings here, each MiniLM build
+    costing a quarter of a minute), and here the search finds no mixed graph; the weight-only
+    schemes are tried smallest first until one passes, and that graph ships (it is not faster
+    than fp32, hence allow_slow_int8) and answers."""
     import onnx
 
-    from laya_edge.export import speed
+    from laya_edge.export import int8_variant, speed
     from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
 
+    monkeypatch.setattr(int8_variant, "SETTINGS", int8_variant.SETTINGS[:1])
     schemes = _record_weight_only_schemes(monkeypatch)
     searched = _search_finds_nothing(monkeypatch)
     timed = []
@@ -325,6 +327,7 @@ def test_the_weight_only_fallback_is_not_tried_when_a_dynamic_graph_passes(
         raise AssertionError("the weight-only fallback ran although a dynamic graph passed")
 
     monkeypatch.setattr(int8_variant, "to_int8_weight_only", never)
+    monkeypatch.setattr(int8_variant, "SETTINGS", int8_variant.SETTINGS[:1])
     searched = _search_finds_nothing(monkeypatch)
     monkeypatch.setitem(THRESHOLDS, "int8", {"argmax_agreement": 0.0, "max_abs_p": 1.0})
     out = tmp_path / "int8"

@@ -43,7 +43,8 @@ def exported(checkpoints, tmp_path_factory):
     root = tmp_path_factory.mktemp("triton")
     done = subprocess.run([sys.executable, "-m", "laya_edge.export",
                            str(checkpoints["modernbert-tiny"]), "--out", str(root / "bundle"),
-                           "--precision", "fp16", "--triton-repo", str(root / "text"),
+                           "--exporter", "torchscript", "--precision", "fp16",
+                           "--triton-repo", str(root / "text"),
                            "--triton-flavour", "python", "--quiet"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -222,53 +222,68 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
     assert schemes == list(WEIGHT_ONLY_SCHEMES) and len(searched) == 1
 
 
-def test_embedding_tables_are_quantised_row_by_row():
-    """Each row of an embedding table keeps its own int8 scale, so a row of small values is
-    resolved as finely as a row of large ones; small tables, and tables something other than a
-    lookup reads, stay fp32."""
+def test_embedding_tables_are_quantised_in_blocks_of_each_row():
+    """Each block of EMBEDDING_BLOCK values of an embedding row keeps its own int8 scale, so a
+    row of small values, and small values beside a row's large ones, are resolved as finely as
+    large ones; a row whose width is not a multiple of the block is one block; small tables, and
+    tables something other than a lookup reads, stay fp32. Lookups of any rank work."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from laya_edge.export.precision import MIN_TABLE_ROWS, quantise_embedding_rows
+    from laya_edge.export.precision import (EMBEDDING_BLOCK, MIN_TABLE_ROWS,
+                                            quantise_embedding_rows)
 
     rng = np.random.default_rng(0)
     rows_in = MIN_TABLE_ROWS + 44
-    magnitudes = 10.0 ** rng.uniform(-3, 1, size=(rows_in, 1))
+    magnitudes = 10.0 ** rng.uniform(-3, 1, size=(rows_in, 2))
     magnitudes[5] = 0.0
-    table = (rng.normal(size=(rows_in, 4)) * magnitudes).astype(np.float32)
+    table = (rng.normal(size=(rows_in, 2, EMBEDDING_BLOCK)) * magnitudes[:, :, None]).reshape(
+        rows_in, 2 * EMBEDDING_BLOCK).astype(np.float32)
+    narrow = (rng.normal(size=(rows_in, 4)) * magnitudes[:, :1]).astype(np.float32)
     small = rng.normal(size=(3, 4)).astype(np.float32)
     shared = rng.normal(size=(rows_in, rows_in)).astype(np.float32)
-    floats = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, 4])
-              for name in ("rows", "typed")]
-    ids = [helper.make_tensor_value_info(name, TensorProto.INT64, [None])
-           for name in ("ids", "kinds")]
+    outputs = [("rows", [None, None, 2 * EMBEDDING_BLOCK]), ("narrowed", [None, 4]),
+               ("typed", [None, 4]), ("picked", [None, rows_in]), ("out", [None, rows_in])]
     graph = helper.make_graph(
-        [helper.make_node("Gather", ["table", "ids"], ["rows"]),
+        [helper.make_node("Gather", ["table", "pairs"], ["rows"]),
+         helper.make_node("Gather", ["narrow", "ids"], ["narrowed"]),
          helper.make_node("Gather", ["small", "kinds"], ["typed"]),
          helper.make_node("Gather", ["shared", "ids"], ["picked"]),
-         helper.make_node("MatMul", ["picked", "shared"], ["out"])], "tables", ids,
-        floats + [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, rows_in])
-                  for name in ("picked", "out")],
-        [numpy_helper.from_array(array, name)
-         for name, array in (("table", table), ("small", small), ("shared", shared))])
+         helper.make_node("MatMul", ["picked", "shared"], ["out"])], "tables",
+        [helper.make_tensor_value_info("pairs", TensorProto.INT64, [None, 2])]
+        + [helper.make_tensor_value_info(name, TensorProto.INT64, [None])
+           for name in ("ids", "kinds")],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+         for name, shape in outputs],
+        [numpy_helper.from_array(array, name) for name, array in
+         (("table", table), ("narrow", narrow), ("small", small), ("shared", shared))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    assert quantise_embedding_rows(model) == ["table"]
+    assert quantise_embedding_rows(model) == ["table", "narrow"]
     initializers = {init.name: init for init in model.graph.initializer}
-    assert "table" not in initializers and {"small", "shared"} <= set(initializers)
+    assert not {"table", "narrow"} & set(initializers) and {"small", "shared"} <= set(initializers)
     assert initializers["table_rows_int8"].data_type == TensorProto.INT8
     onnx.checker.check_model(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     looked_up = np.array([0, 1, 2, 3, 4, 5, rows_in - 1, 3])
     kinds = np.array([2, 0, 1])
-    rows, typed, picked = session.run(["rows", "typed", "picked"],
-                                      {"ids": looked_up, "kinds": kinds})
-    expected = table[looked_up]
-    step = np.abs(expected).max(axis=1, keepdims=True) / 127
+    rows, narrowed, typed, picked = session.run(
+        ["rows", "narrowed", "typed", "picked"],
+        {"pairs": looked_up.reshape(4, 2), "ids": looked_up, "kinds": kinds})
+    assert rows.shape == (4, 2, 2 * EMBEDDING_BLOCK)
+    rows = rows.reshape(len(looked_up), 2, EMBEDDING_BLOCK)
+    expected = table[looked_up].reshape(len(looked_up), 2, EMBEDDING_BLOCK)
+    step = np.abs(expected).max(axis=2, keepdims=True) / 127
     assert (np.abs(rows - expected) <= step / 2 + 1e-7).all()
-    smallest = int(np.argmin(magnitudes[looked_up][:, 0] + (magnitudes[looked_up][:, 0] == 0)))
-    assert np.abs(rows[smallest]).max() > 0  # a scale for the whole table would round it to 0
+    # the smaller block of each row: one scale for the whole row would round it coarser
+    quieter = np.argmin(magnitudes[looked_up], axis=1)
+    row_step = np.abs(expected).max(axis=(1, 2)) / 127
+    errors = np.abs(rows - expected)[np.arange(len(looked_up)), quieter].max(axis=1)
+    assert (step[np.arange(len(looked_up)), quieter, 0] < row_step / 10).any()
+    assert (errors <= step[np.arange(len(looked_up)), quieter, 0] / 2 + 1e-7).all()
     assert not rows[5].any()
+    narrow_step = np.abs(narrow[looked_up]).max(axis=1, keepdims=True) / 127
+    assert (np.abs(narrowed - narrow[looked_up]) <= narrow_step / 2 + 1e-7).all()
     assert np.array_equal(typed, small[kinds]) and np.array_equal(picked, shared[looked_up])
 
 
@@ -305,7 +320,8 @@ def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpo
     variant = read_manifest(out)["variants"]["int8"]
     assert variant["verification"]["passed"] is True
     assert variant["optimisations"][-1].startswith("weight-only int8")
-    assert "embedding table(s) with one scale per row" in variant["optimisations"][-1]
+    assert "embedding table(s) with one scale per 32 values of a row" in \
+        variant["optimisations"][-1]
     assert schemes and schemes == list(WEIGHT_ONLY_SCHEMES[:len(schemes)])
     block, symmetric = schemes[-1]
     assert (f"{'symmetric' if symmetric else 'asymmetric'} blocks of {block}"

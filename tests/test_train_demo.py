@@ -26,7 +26,7 @@ def test_predicted_reads_each_question_type():
                                 {"type": "score"}) == 2
 
 
-def test_evaluate_counts_per_type_and_per_question():
+def test_evaluate_counts_per_type_and_per_question(monkeypatch):
     rows = [{"state": "s", "questions": {"d": {"type": "choice"}, "u": {"type": "noul"}},
              "expected": {"d": "b", "u": True}},
             {"state": "t", "questions": {"d": {"type": "choice"}, "u": {"type": "noul"}},
@@ -46,6 +46,11 @@ def test_evaluate_counts_per_type_and_per_question():
     assert metrics["by_type"]["noul"]["accuracy"] == 1.0
     assert metrics["by_question"]["u"]["ece"] == pytest.approx(0.1)
     assert metrics["overall"]["n"] == 4 and metrics["overall"]["accuracy"] == 0.75
+    assert "first_rows" not in metrics  # no more rows than CHECK_ROWS
+    monkeypatch.setattr(train_demo, "CHECK_ROWS", 1)
+    first = train_demo.evaluate(predict_batch, rows)["first_rows"]
+    assert first["rows"] == 1 and first["by_question"]["d"]["n"] == 1
+    assert first["by_question"]["d"]["accuracy"] == 1.0  # the first row expects "b"
 
 
 def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
@@ -68,10 +73,46 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     card = (models / "README.md").read_text()
     for kind, entry in held["by_type"].items():
         assert f"| {kind} | {entry['n']} | {entry['accuracy']:.3f} | {entry['ece']:.3f} |" in card
-    assert f"python scripts/train_demo.py --seed {report['seed']}" in card
-    # --evaluate-only re-measures the written bundle and gets the same figures
+    command = train_demo.reproduce_command(report).split()
+    assert " ".join(command) in card
+    rerun = train_demo.build_parser().parse_args(command[2:])
+    assert (rerun.seed, rerun.train_tickets, rerun.calib_tickets, rerun.test_tickets) == (
+        report["seed"], 16, 6, 4)
+    # --evaluate-only re-measures the written bundle and gets the same figures;
+    # --update-report writes them into the report and card, the rest unchanged
     again = train_demo.evaluate_bundle(bundle, train_demo.splits(0, 16, 6, 4)["test"])
     assert again == held
+    report["evaluation"]["bundle"]["overall"]["accuracy"] = -1.0
+    (models / train_demo.REPORT_NAME).write_text(json.dumps(report))
+    assert train_demo.main(["--models", str(models), "--train-tickets", "0", "--calib-tickets",
+                            "6", "--test-tickets", "4", "--evaluate-only",
+                            "--update-report"]) == 0
+    rewritten = json.loads((models / train_demo.REPORT_NAME).read_text())
+    assert rewritten["evaluation"]["bundle"] == again
+    assert rewritten["training"] == report["training"]
+    assert (models / "README.md").read_text() == card
+    with pytest.raises(SystemExit):
+        train_demo.main(["--models", str(models), "--update-report"])
+
+
+def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults():
+    parser = train_demo.build_parser()
+    defaults = parser.parse_args([])
+    report = {"seed": 3,
+              "data": {"train_rows": 4500, "calib_rows": defaults.calib_tickets,
+                       "test_rows": defaults.test_tickets},
+              "training": {"config": {"phase_batches": 60, "department_batches": None,
+                                      "max_batches": 1125, "relabel": False,
+                                      "encoder_lr": defaults.encoder_lr,
+                                      "head_lr": defaults.head_lr}}}
+    command = train_demo.reproduce_command(report).split()
+    rerun = parser.parse_args(command[2:])
+    assert (rerun.seed, rerun.train_tickets, rerun.department_batches, rerun.max_batches,
+            rerun.relabel) == (3, 4500, 60, 1125, False)
+    assert "--calib-tickets" not in command and "--head-lr" not in command
+    report["training"]["config"]["max_batches"] = None   # an uncapped run: no flag says so
+    with pytest.raises(ValueError, match="max_batches"):
+        train_demo.reproduce_command(report)
 
 
 def test_training_and_calibration_are_reproducible_with_a_seed(checkpoints, tmp_path):
@@ -127,6 +168,27 @@ def test_curriculum_trains_one_kind_at_a_time_then_mixes():
     random.Random(1).shuffle(rest)
     shuffled = [rest[i:i + train_demo.BATCH] for i in range(0, len(rest), train_demo.BATCH)]
     assert padded(mixed) < padded(shuffled)
+
+
+def test_capped_curriculum_keeps_the_department_leftovers_in_its_mixed_phase():
+    import random
+
+    kinds = train_demo.CURRICULUM
+    items = [{"key": key, "i": i, "length": i % 30} for key in kinds for i in range(200)]
+    phases = 4 + 2 * (len(kinds) - 1)
+    roomy = train_demo.curriculum(items, 2, random.Random(0), department_batches=4,
+                                  max_batches=40)
+    assert [batch[0]["key"] for batch in roomy[:phases]] == (
+        ["department"] * 4 + [key for key in kinds[1:] for _ in range(2)])
+    assert len(roomy) == 40
+    mixed = [it for batch in roomy[phases:] for it in batch]
+    department = 200 - 4 * train_demo.BATCH
+    assert sum(it["key"] == "department" for it in mixed) == department
+    assert len({(it["key"], it["i"]) for batch in roomy for it in batch}) == 40 * train_demo.BATCH
+    tight = train_demo.curriculum(items, 2, random.Random(0), department_batches=4,
+                                  max_batches=20)
+    assert len(tight) == 20
+    assert all(it["key"] == "department" for batch in tight[phases:] for it in batch)
 
 
 def test_learning_rate_warms_up_stays_flat_through_the_phases_then_decays():

@@ -205,6 +205,14 @@ BUCKET_BATCHES = 50
 # to learn: department-only runs needed about 300 batches of them. A longer department phase
 # and a capped mixed phase that keeps every remaining department row give it that exposure
 # inside the hour without lengthening the others' phases.
+def phase_lengths(phase_batches: int, department_batches: Optional[int]) -> Dict[str, int]:
+    """Batches in each single-kind phase, by question kind."""
+    lengths = {key: phase_batches for key in CURRICULUM}
+    if department_batches is not None:
+        lengths["department"] = department_batches
+    return lengths
+
+
 def curriculum(items: Sequence[Dict[str, Any]], phase_batches: int, rng: Any,
                department_batches: Optional[int] = None,
                max_batches: Optional[int] = None) -> List[List[Dict[str, Any]]]:
@@ -215,9 +223,7 @@ def curriculum(items: Sequence[Dict[str, Any]], phase_batches: int, rng: Any,
     by_key: Dict[str, List[Dict[str, Any]]] = {key: [] for key in CURRICULUM}
     for item in items:
         by_key[item["key"]].append(item)
-    lengths = {key: phase_batches for key in CURRICULUM}
-    if department_batches is not None:
-        lengths["department"] = department_batches
+    lengths = phase_lengths(phase_batches, department_batches)
     batches, kept, others = [], [], []
     for key in CURRICULUM:
         kind = by_key[key]
@@ -346,8 +352,7 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
     heads += list(projection.parameters())
     optimizer = torch.optim.AdamW([{"params": encoder, "lr": args.encoder_lr},
                                    {"params": heads, "lr": args.head_lr}], weight_decay=0.01)
-    phases = args.phase_batches * (len(CURRICULUM) - 1) + (
-        args.phase_batches if args.department_batches is None else args.department_batches)
+    phases = sum(phase_lengths(args.phase_batches, args.department_batches).values())
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: learning_rate_factor(step, phases, len(batches)))
     # Dropout stays off. The option markers' encodings start almost identical (cosine ~0.97),

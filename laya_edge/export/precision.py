@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import Any, Iterator, List, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Set, Tuple
 
 from ..bundle_format import sidecar
 from .logs import third_party_quiet
@@ -127,10 +127,10 @@ MIN_TABLE_ROWS = 256
 EMBEDDING_BLOCK = 32
 
 
-def quantise_embedding_rows(model: Any) -> List[str]:
+def quantise_embedding_rows(model: Any) -> Dict[str, int]:
     """Store each embedding table (a float 2-D initializer of at least MIN_TABLE_ROWS rows, read
     only by Gathers on axis 0) as int8 with one scale per EMBEDDING_BLOCK values of a row,
-    dequantised after the lookup; returns the tables' names.
+    dequantised after the lookup; returns each table's block width, by name.
 
     Per row and block because values differ in scale: one scale for the whole table (what
     dynamic quantisation of Gather does) resolves the small rows coarsely, and one per row the
@@ -154,7 +154,8 @@ def quantise_embedding_rows(model: Any) -> List[str]:
                         and all(a.i == 0 for a in reader.attribute if a.name == "axis")
                         for reader in readers[node.input[0]]))
 
-    nodes, quantised = [], []
+    nodes: List[Any] = []
+    quantised: Dict[str, int] = {}
     for node in graph.node:
         if not is_table(node):
             nodes.append(node)
@@ -175,7 +176,7 @@ def quantise_embedding_rows(model: Any) -> List[str]:
                                         f"{name}_blocked"),
                 numpy_helper.from_array(np.array([-1, width // block, 1], np.int64),
                                         f"{name}_scales_blocked")])
-            quantised.append(name)
+            quantised[name] = block
         # flattened to (lookups, blocks, block) for the per-block scales, then back to the
         # lookup's own shape, so ids of any rank work
         label = node.name or out  # node names must be unique: an unnamed lookup lends its output
@@ -206,15 +207,15 @@ def quantise_embedding_rows(model: Any) -> List[str]:
 def to_int8_weight_only(source: Path, target: Path, embeddings: bool, external: bool,
                         block: int, symmetric: bool) -> List[str]:
     """int8 weights with fp32 compute: MatMul weights in blocks of `block` (MatMulNBits, 8 bits,
-    `symmetric` or with a zero point per block) and, with `embeddings`, embedding tables with one
-    scale per row. Only weights are rounded, so activation outliers, which per-tensor dynamic
+    `symmetric` or with a zero point per block) and, with `embeddings`, embedding tables with
+    scales per block of a row (quantise_embedding_rows). Only weights are rounded, so activation outliers, which per-tensor dynamic
     quantisation of the activations resolves coarsely, cost nothing; it is the int8 fallback for
     models whose answers that moves too far."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     model = onnx.load(str(source))
-    tables = quantise_embedding_rows(model) if embeddings else []
+    tables = quantise_embedding_rows(model) if embeddings else {}
     quantizer = MatMulNBitsQuantizer(model, bits=8, block_size=block, is_symmetric=symmetric,
                                      accuracy_level=1)
     with quiet_quantiser():
@@ -223,5 +224,6 @@ def to_int8_weight_only(source: Path, target: Path, embeddings: bool, external: 
                     all_tensors_to_one_file=True, location=sidecar(target.name))
     return [f"weight-only int8: MatMul weights in {'symmetric' if symmetric else 'asymmetric'} "
             f"blocks of {block} (MatMulNBits, fp32 compute)"
-            + (f", {len(tables)} embedding table(s) with one scale per {EMBEDDING_BLOCK} values "
+            + (f", {len(tables)} embedding table(s) with one scale per "
+               f"{' or '.join(map(str, sorted(set(tables.values()), reverse=True)))} values "
                "of a row" if tables else "")]

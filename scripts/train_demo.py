@@ -201,10 +201,6 @@ BATCH = 16
 BUCKET_BATCHES = 50
 
 
-# Relabelled department rows (options under names the model has not seen) are the slowest kind
-# to learn: department-only runs needed about 300 batches of them. A longer department phase
-# and a capped mixed phase that keeps every remaining department row give it that exposure
-# inside the hour without lengthening the others' phases.
 def phase_lengths(phase_batches: int, department_batches: Optional[int]) -> Dict[str, int]:
     """Batches in each single-kind phase, by question kind."""
     lengths = {key: phase_batches for key in CURRICULUM}
@@ -213,6 +209,10 @@ def phase_lengths(phase_batches: int, department_batches: Optional[int]) -> Dict
     return lengths
 
 
+# Relabelled department rows (options under names the model has not seen) are the slowest kind
+# to learn: department-only runs needed about 300 batches of them. A longer department phase
+# and a capped mixed phase that keeps every remaining department row give it that exposure
+# inside the hour without lengthening the others' phases.
 def curriculum(items: Sequence[Dict[str, Any]], phase_batches: int, rng: Any,
                department_batches: Optional[int] = None,
                max_batches: Optional[int] = None) -> List[List[Dict[str, Any]]]:

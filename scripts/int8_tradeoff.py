@@ -5,13 +5,15 @@
 script shows the whole curve the choice is made on, for docs/export.md ("int8"). It exports the
 checkpoint's fp32 bundle (fused, verified), picks the best of the four dynamic settings fully
 quantised (on the search probes, as the exporter does), measures each node's sensitivity the
-way the exporter's search does, and then, for each count of most harmful nodes kept fp32:
+way the exporter's search does (node by node, or in runs of consecutive nodes on big encoders),
+and then, for each count of most harmful nodes kept fp32:
 
 - the search-probe and held-out-probe figures (decisive argmax agreement, max |dp|) and whether
   the held-out ones pass the int8 bar;
 - the speed-up over the fp32 graph (interleaved rounds, the exporter's own timing) and the size.
 
     python scripts/int8_tradeoff.py CHECKPOINT --work DIR [--counts 0,1,2,4,8,16,24,32]
+        [--run-length N]
 
 Writes DIR/int8-tradeoff.json and prints a Markdown table. State the CPU with the figures
 (the JSON records it): speed-ups depend on the processor's int8 instructions.
@@ -38,7 +40,8 @@ def _bundle(checkpoint: Path, out: Path) -> Path:
     return out
 
 
-def measure(checkpoint: Path, work: Path, counts: Sequence[int]) -> Dict[str, Any]:
+def measure(checkpoint: Path, work: Path, counts: Sequence[int],
+            run_length: Optional[int] = None) -> Dict[str, Any]:
     from laya_edge.bundle_format import GRAPH, read_manifest
     from laya_edge.export import int8_search, speed
     from laya_edge.export.candidates import attempt_path, discard, rank, verified
@@ -74,9 +77,10 @@ def measure(checkpoint: Path, work: Path, counts: Sequence[int]) -> Dict[str, An
     setting = max(settings)[1]
     log(f"dynamic setting: per_channel={setting[0]}, reduce_range={setting[1]}")
     nodes = int8_search.quantisable_nodes(graph)
+    length = run_length or int8_search.run_length(len(nodes))
     alone = int8_search.sensitivities(
         nodes, scratch, name, lambda target, keep: build(setting, keep, target),
-        lambda path: verified(path, "int8", search_runs, reference, False), log)
+        lambda path: verified(path, "int8", search_runs, reference, False), log, length)
     order = int8_search.most_harmful_first(alone)
     batches = speed.timing_batches(search_runs)
     points: List[Dict[str, Any]] = []
@@ -98,7 +102,7 @@ def measure(checkpoint: Path, work: Path, counts: Sequence[int]) -> Dict[str, An
     shutil.rmtree(scratch, ignore_errors=True)
     return {"checkpoint": str(checkpoint), "setting": {"per_channel": setting[0],
                                                        "reduce_range": setting[1]},
-            "cpu": speed.cpu_description(), "order": order[:max(counts, default=0)],
+            "run_length": length, "cpu": speed.cpu_description(), "order": order[:max(counts, default=0)],
             "points": points}
 
 
@@ -121,7 +125,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="scratch directory; the fp32 bundle is kept there for reruns")
     parser.add_argument("--counts", default="0,1,2,4,8,12,16,24,32",
                         help="how many of the most harmful nodes to keep fp32, comma-separated")
+    parser.add_argument("--run-length", type=int, default=None,
+                        help="nodes quantised together per sensitivity measurement (default: "
+                             "the exporter's, 1 up to 48 quantisable nodes, else runs of "
+                             "about a layer)")
     args = parser.parse_args(argv)
+    if args.run_length is not None and args.run_length < 1:
+        parser.error("argument --run-length: must be at least 1")
     try:
         counts = [int(part) for part in args.counts.split(",") if part.strip()]
     except ValueError:
@@ -131,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from laya_edge.export.logs import progress_on_stderr
 
     with progress_on_stderr("laya_edge.export", "laya_edge.export"):
-        result = measure(args.checkpoint, args.work, counts)
+        result = measure(args.checkpoint, args.work, counts, args.run_length)
     (args.work / "int8-tradeoff.json").write_text(json.dumps(result, indent=2) + "\n",
                                                   encoding="utf-8")
     print(f"CPU: {result['cpu']['model']} (VNNI: {result['cpu']['vnni']}, AMX: "

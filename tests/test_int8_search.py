@@ -220,3 +220,36 @@ def test_the_search_keeps_the_fewest_most_harmful_nodes_and_cleans_up(tmp_path):
     assert [p["accepted"] for p in outcome.curve if p["kept_fp32"] in (2, 3)] == [False, True]
     assert list(tmp_path.iterdir()) == [outcome.graph.parent]  # every other attempt removed
     assert outcome.record()["quantisable_nodes"] == 10
+
+
+def test_big_graphs_are_measured_in_runs_of_consecutive_nodes(tmp_path):
+    """Past NODES_MEASURED_ALONE nodes, one build per run of consecutive nodes, not per node: the
+    harmful node's run is ranked first as a whole, and the count search still stops inside it."""
+    total = int8_search.NODES_MEASURED_ALONE + 52
+    harm = {f"n{i:03d}": 0.0001 for i in range(total)} | {"n057": 0.2}
+    nodes = [(name, "MatMul") for name in harm]
+    builds = []
+
+    def build(target, keep_fp32):
+        builds.append(len(keep_fp32))
+        target.write_text(json.dumps(sorted(set(harm) - set(keep_fp32))))
+        return []
+
+    def evaluate(graph):
+        drift = sum(harm[name] for name in json.loads(graph.read_text()))
+        return {"max_abs_p": drift, "decisive_agreement": 1.0, "passed": drift <= 0.05}
+
+    length = int8_search.run_length(total)
+    assert length > 1 and int8_search.run_length(int8_search.NODES_MEASURED_ALONE) == 1
+    outcome = int8_search.search_mixed_int8(nodes, tmp_path, "graph.onnx", build, evaluate,
+                                            lambda report: report["max_abs_p"] <= 0.025,
+                                            lambda _message: None)
+    runs = -(-total // length)
+    assert builds[:runs] == [total - length] * (runs - 1) + [total - (total - 1) % length - 1]
+    assert len(builds) < runs + total.bit_length() * 2  # never one build per node
+    run_start = 57 - 57 % length
+    kept = [entry["node"] for entry in outcome.kept_fp32]
+    assert kept == [f"n{i:03d}" for i in range(run_start, 58)]  # graph order up to the culprit
+    assert {entry["measured_with"] for entry in outcome.kept_fp32} == {length}
+    assert outcome.kept_fp32[0]["alone_max_abs_p"] == pytest.approx(0.2 + 0.0001 * (length - 1))
+    assert outcome.record()["run_length"] == length and "run of" in outcome.record()["method"]

@@ -6,7 +6,9 @@ beside them round away and the decision moves; the other layers quantise harmles
 search measures rather than guesses (docs/export.md, "int8"):
 
 1. sensitivity: each quantisable node quantised alone, everything else fp32, verified on the
-   search probes (decisive argmax flips, max |dp|);
+   search probes (decisive argmax flips, max |dp|); on big encoders, each run of consecutive
+   nodes (about one layer) quantised alone instead, its nodes then ranked together in graph
+   order (`run_length`);
 2. the nodes ordered most harmful first, and the fewest of them kept in fp32 for the graph to
    be accepted on the search probes (the caller's test: the bar with headroom, so that the
    graph also passes on probes it was not chosen on), found by doubling the count and then
@@ -28,6 +30,13 @@ Build = Callable[[Path, Sequence[str]], List[str]]  # (target, nodes left fp32) 
 Evaluate = Callable[[Path], Dict[str, Any]]  # graph -> verification report on the search probes
 Accept = Callable[[Dict[str, Any]], bool]  # a search-probe report -> good enough to stop
 
+# Up to this many quantisable nodes each is measured alone (MiniLM has 40); above it the nodes
+# are measured in at most RUNS runs of consecutive ones, since each measurement is a build and a
+# verification (ModernBERT-base: 21 instead of 126). Graph order follows the encoder's layers,
+# so a run is about one layer.
+NODES_MEASURED_ALONE = 48
+RUNS = 24
+
 
 @dataclass
 class SearchOutcome:
@@ -38,14 +47,17 @@ class SearchOutcome:
     report: Dict[str, Any]
     kept_fp32: List[Dict[str, Any]]
     candidates: int
+    run_length: int = 1
     curve: List[Dict[str, Any]] = field(default_factory=list)
 
     def record(self) -> Dict[str, Any]:
         """The manifest's account of the search."""
-        return {"method": "sensitivity search: each node quantised alone on the search probes, "
-                          "the most harmful kept fp32 until accepted on the search probes",
-                "quantisable_nodes": self.candidates, "kept_fp32": self.kept_fp32,
-                "curve": self.curve}
+        measured = ("each node" if self.run_length == 1 else
+                    f"each run of {self.run_length} consecutive nodes")
+        return {"method": f"sensitivity search: {measured} quantised alone on the search "
+                          "probes, the most harmful kept fp32 until accepted on the search probes",
+                "quantisable_nodes": self.candidates, "run_length": self.run_length,
+                "kept_fp32": self.kept_fp32, "curve": self.curve}
 
 
 def quantisable_nodes(graph: Path) -> List[Tuple[str, str]]:
@@ -79,23 +91,36 @@ def _counts_to_try(total: int) -> List[int]:
     return counts + ([total - 1] if total > 1 else [])
 
 
+def run_length(total: int) -> int:
+    """How many consecutive nodes each sensitivity measurement quantises (see RUNS)."""
+    return 1 if total <= NODES_MEASURED_ALONE else -(-total // RUNS)
+
+
 def sensitivities(nodes: Sequence[Tuple[str, str]], build_dir: Path, name: str, build: Build,
-                  evaluate: Evaluate, log: Callable[[str], None]) -> Dict[str, Dict[str, Any]]:
-    """`{node: report}`: the search-probe report of the graph with only that node quantised."""
-    names = [node for node, _ in nodes]
+                  evaluate: Evaluate, log: Callable[[str], None],
+                  length: int = 1) -> Dict[str, Dict[str, Any]]:
+    """`{node: report}`: the search-probe report of the graph with only that node quantised, or
+    only the run of `length` consecutive nodes it belongs to (each member gets the run's
+    report, with `measured_with` saying how many nodes it covers), in graph order."""
+    names, ops = [node for node, _ in nodes], dict(nodes)
+    runs = [names[start:start + length] for start in range(0, len(names), length)]
     alone: Dict[str, Dict[str, Any]] = {}
-    for index, (node, op) in enumerate(nodes, 1):
+    for index, run in enumerate(runs, 1):
         candidate = attempt_path(build_dir, name)
-        build(candidate, [other for other in names if other != node])
-        alone[node] = evaluate(candidate)
+        build(candidate, [other for other in names if other not in run])
+        report = dict(evaluate(candidate), measured_with=len(run))
         discard(candidate)
-        log(f"int8 search: sensitivity {index}/{len(names)}: {node} ({op}) alone: "
-            f"max |dp| {alone[node]['max_abs_p']:.3f}, decisive agreement "
-            f"{alone[node]['decisive_agreement']:.3f}")
+        alone.update((node, report) for node in run)
+        what = (f"{run[0]} ({ops[run[0]]})" if len(run) == 1 else
+                f"{run[0]} .. {run[-1]} ({len(run)} nodes)")
+        log(f"int8 search: sensitivity {index}/{len(runs)}: {what} alone: "
+            f"max |dp| {report['max_abs_p']:.3f}, decisive agreement "
+            f"{report['decisive_agreement']:.3f}")
     return alone
 
 
 def most_harmful_first(alone: Dict[str, Dict[str, Any]]) -> List[str]:
+    """The nodes by harm; equals (a run's members) keep their graph order, the sort is stable."""
     return sorted(alone, key=lambda node: harm(alone[node]), reverse=True)
 
 
@@ -105,7 +130,8 @@ def search_mixed_int8(nodes: Sequence[Tuple[str, str]], build_dir: Path, name: s
     """Find the fewest nodes to keep fp32 for the search probes to accept (see the module)."""
     names = [node for node, _ in nodes]
     ops = dict(nodes)
-    alone = sensitivities(nodes, build_dir, name, build, evaluate, log)
+    length = run_length(len(names))
+    alone = sensitivities(nodes, build_dir, name, build, evaluate, log, length)
     order = most_harmful_first(alone)
     chosen: Optional[Tuple[Path, List[str], Dict[str, Any]]] = None  # the fewest accepted
     curve: List[Dict[str, Any]] = []
@@ -139,11 +165,11 @@ def search_mixed_int8(nodes: Sequence[Tuple[str, str]], build_dir: Path, name: s
             passing = middle
         else:
             failing = middle
-    kept = [{"node": node, "op": ops[node],
-             "alone_max_abs_p": alone[node]["max_abs_p"],
-             "alone_decisive_agreement": alone[node]["decisive_agreement"]}
+    kept = [{"node": node, "op": ops[node], "alone_max_abs_p": alone[node]["max_abs_p"],
+             "alone_decisive_agreement": alone[node]["decisive_agreement"],
+             "measured_with": alone[node]["measured_with"]}
             for node in (order[:passing] if passing is not None else [])]
     curve.sort(key=lambda point: point["kept_fp32"])
     if chosen is None:
-        return SearchOutcome(None, [], {}, [], len(names), curve)
-    return SearchOutcome(chosen[0], chosen[1], chosen[2], kept, len(names), curve)
+        return SearchOutcome(None, [], {}, [], len(names), length, curve)
+    return SearchOutcome(chosen[0], chosen[1], chosen[2], kept, len(names), length, curve)

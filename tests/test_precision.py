@@ -287,6 +287,55 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row():
     assert np.array_equal(typed, small[kinds]) and np.array_equal(picked, shared[looked_up])
 
 
+def test_dynamic_int8_rounds_embedding_tables_by_row_blocks_and_leaves_small_tables_exact(
+        tmp_path):
+    """With embeddings, the dynamic int8 graph stores the lookup table as the weight-only one
+    does (int8 rows, one scale per block of a row), not with onnxruntime's one scale per table
+    for every table: a row of small values keeps its resolution, a small table added at every
+    position (like Laya's question-type embedding) stays exact, and the weight multiplication
+    is still quantised dynamically."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from laya_edge.export.precision import EMBEDDING_BLOCK, MIN_TABLE_ROWS, to_int8
+
+    rng = np.random.default_rng(1)
+    width = 2 * EMBEDDING_BLOCK
+    magnitudes = 10.0 ** rng.uniform(-3, 1, size=(MIN_TABLE_ROWS, 1))
+    table = (rng.normal(size=(MIN_TABLE_ROWS, width)) * magnitudes).astype(np.float32)
+    small = rng.normal(size=(3, width)).astype(np.float32)
+    weight = rng.normal(size=(width, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["looked_up"]),
+         helper.make_node("Gather", ["small", "kinds"], ["typed"]),
+         helper.make_node("Add", ["looked_up", "typed"], ["embedded"]),
+         helper.make_node("MatMul", ["embedded", "weight"], ["out"])], "embed",
+        [helper.make_tensor_value_info(name, TensorProto.INT64, [None])
+         for name in ("ids", "kinds")],
+        [helper.make_tensor_value_info("embedded", TensorProto.FLOAT, [None, width]),
+         helper.make_tensor_value_info("out", TensorProto.FLOAT, [None, 8])],
+        [numpy_helper.from_array(array, name) for name, array in
+         (("table", table), ("small", small), ("weight", weight))])
+    source, target = tmp_path / "fp32.onnx", tmp_path / "int8.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(source))
+    optimisations = to_int8(source, target, False, False, True, False)
+    assert optimisations[0].endswith(
+        f", 1 embedding table(s) with one scale per {EMBEDDING_BLOCK} values of a row")
+    model = onnx.load(str(target))
+    initializers = {init.name: init for init in model.graph.initializer}
+    assert initializers["table_rows_int8"].data_type == TensorProto.INT8
+    assert np.array_equal(numpy_helper.to_array(initializers["small"]), small)
+    assert {"DynamicQuantizeMatMul", "MatMulInteger"} & {n.op_type for n in model.graph.node}
+    session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    ids = np.argsort(magnitudes[:, 0])[:8]  # the quietest rows
+    kinds = np.array([0, 1, 2, 0, 1, 2, 0, 1])
+    embedded = session.run(["embedded"], {"ids": ids, "kinds": kinds})[0]
+    blocks = table[ids].reshape(len(ids), -1, EMBEDDING_BLOCK)
+    step = np.repeat(np.abs(blocks).max(axis=2) / 127, EMBEDDING_BLOCK, axis=1)
+    assert (np.abs(embedded - small[kinds] - table[ids]) <= step / 2 + 1e-6).all()
+    assert step.max() < np.abs(table).max() / 127 / 100  # one scale per table: 100x coarser
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpoints, tmp_path,
                                                                          monkeypatch):

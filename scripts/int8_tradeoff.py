@@ -102,8 +102,8 @@ def measure(checkpoint: Path, work: Path, counts: Sequence[int],
     shutil.rmtree(scratch, ignore_errors=True)
     return {"checkpoint": str(checkpoint), "setting": {"per_channel": setting[0],
                                                        "reduce_range": setting[1]},
-            "run_length": length, "cpu": speed.cpu_description(), "order": order[:max(counts, default=0)],
-            "points": points}
+            "run_length": length, "cpu": speed.cpu_description(),
+            "order": order[:max(counts, default=0)], "points": points}
 
 
 def table(result: Dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Sequence, Set, Tuple
 
 from ..bundle_format import sidecar
+from .attention_masks import masks_as_index
 from .logs import third_party_quiet
 
 VARIANT_FILES = {"fp16": "laya.fp16.onnx", "int8": "laya.int8.onnx"}
@@ -99,25 +100,36 @@ def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, e
     table, so the small ones added to every position (token types, Laya's question-type
     embedding) are rounded too. On the 11000-ticket demo model that alone moved probabilities
     by 0.18, whichever weight multiplications stayed fp32.
+
+    Attention padding masks are handed to the quantised attention as `mask_index`
+    (attention_masks), which onnxruntime's `QAttention` keeps; an attention with some other
+    bias stays fp32.
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    model: Any = source  # the file itself unless the tables change first: no second copy
+    model: Any = source  # the file itself unless the graph changes first: no second copy
     tables: Dict[str, int] = {}
-    if embeddings:
+    masked, unmaskable = 0, []
+    outline = onnx.load(str(source), load_external_data=False)
+    if embeddings or any(node.op_type == "Attention" and len(node.input) > 5 and node.input[5]
+                         for node in outline.graph.node):
         model = onnx.load(str(source))
-        tables = quantise_embedding_rows(model)
+        tables = quantise_embedding_rows(model) if embeddings else {}
+        masked, unmaskable = masks_as_index(model, keep_fp32)
     operators = ["MatMul", "Gemm", "Attention"]
     with quiet_quantiser():
         quantize_dynamic(model, str(target), weight_type=QuantType.QInt8,
                          per_channel=per_channel, reduce_range=reduce_range,
-                         op_types_to_quantize=operators, nodes_to_exclude=list(keep_fp32),
+                         op_types_to_quantize=operators,
+                         nodes_to_exclude=list(keep_fp32) + unmaskable,
                          extra_options={"MatMulConstBOnly": True},
                          use_external_data_format=external)
+    masks = (f", {masked} attention padding mask(s) passed as mask_index" if masked else "") + (
+        f", {len(unmaskable)} attention(s) with a non-mask bias kept fp32" if unmaskable else "")
     return [f"dynamic int8 quantisation of {', '.join(operators)} weights "
             f"({'per-channel' if per_channel else 'per-tensor'}"
-            f"{', 7-bit range' if reduce_range else ''}){tables_text(tables)}"]
+            f"{', 7-bit range' if reduce_range else ''}){tables_text(tables)}{masks}"]
 
 
 # Weight-only int8 schemes, (block length along each MatMul weight's input axis, symmetric),

@@ -62,14 +62,17 @@ def masks_as_index(model: Any, skip: Sequence[str] = ()) -> Tuple[int, List[str]
     rewritten, unmaskable = 0, []
     masks: Dict[str, str] = {}
     built: List[Any] = []
-    for node in model.graph.node:
+    first = 0  # where the mask nodes go: before the first attention that reads them
+    for index, node in enumerate(model.graph.node):
         if (node.op_type != "Attention" or node.name in skip or len(node.input) < 6
                 or not node.input[5]):
             continue
-        condition = _mask_condition(model, node.input[5])
-        if condition is None or (len(node.input) > 3 and node.input[3]):
+        condition = None if node.input[3] else _mask_condition(model, node.input[5])
+        if condition is None:
             unmaskable.append(node.name)
             continue
+        if not masks:
+            first = index
         if condition not in masks:
             prefix = f"{condition}_as_mask_index"
             built += [
@@ -95,9 +98,6 @@ def masks_as_index(model: Any, skip: Sequence[str] = ()) -> Tuple[int, List[str]
     if built:
         model.graph.initializer.append(
             numpy_helper.from_array(np.array([1], np.int64), "attention_masks_axis"))
-        first = min(i for i, node in enumerate(model.graph.node)
-                    if node.op_type == "Attention" and node.input[3:4]
-                    and node.input[3] in masks.values())
         nodes = list(model.graph.node)
         del model.graph.node[:]
         model.graph.node.extend(nodes[:first] + built + nodes[first:])

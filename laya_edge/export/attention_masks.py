@@ -24,30 +24,36 @@ import numpy as np
 MASKED_AT_MOST = -1e4
 
 
-def _constant(model: Any, name: str) -> Optional[np.ndarray]:
-    from onnx import numpy_helper
+class _Graph:
+    """What the mask test looks up in a model, indexed once: producers, scalars, shapes."""
 
-    for initializer in model.graph.initializer:
-        if initializer.name == name:
-            return numpy_helper.to_array(initializer)
-    return None
+    def __init__(self, model: Any):
+        self.producers = {name: node for node in model.graph.node for name in node.output}
+        self.initializers = {tensor.name: tensor for tensor in model.graph.initializer}
+        self.shapes = {info.name: info.type.tensor_type.shape
+                       for info in list(model.graph.value_info) + list(model.graph.input)}
+
+    def scalar(self, name: str) -> Optional[float]:
+        from onnx import numpy_helper
+
+        tensor = self.initializers.get(name)
+        if tensor is None:
+            return None
+        values = numpy_helper.to_array(tensor)
+        return float(values.reshape(())) if values.size == 1 else None
 
 
-def _mask_condition(model: Any, bias: str) -> Optional[str]:
+def _mask_condition(graph: _Graph, bias: str) -> Optional[str]:
     """The boolean tensor (batch, 1, query, key) behind `bias` when `bias` is
     `Where(condition, 0, very negative)`; None when it is anything else."""
-    producer = next((node for node in model.graph.node if bias in node.output), None)
+    producer = graph.producers.get(bias)
     if producer is None or producer.op_type != "Where":
         return None
     condition, keep, drop = producer.input
-    kept, dropped = _constant(model, keep), _constant(model, drop)
-    if kept is None or dropped is None or kept.size != 1 or dropped.size != 1:
+    kept, dropped = graph.scalar(keep), graph.scalar(drop)
+    if kept != 0.0 or dropped is None or dropped > MASKED_AT_MOST:
         return None
-    if float(kept.reshape(())) != 0.0 or float(dropped.reshape(())) > MASKED_AT_MOST:
-        return None
-    shapes = {info.name: info.type.tensor_type.shape
-              for info in list(model.graph.value_info) + list(model.graph.input)}
-    shape = shapes.get(condition)
+    shape = graph.shapes.get(condition)
     if shape is None or len(shape.dim) != 4 or shape.dim[1].dim_value != 1:
         return None  # a mask per head, or one of unknown shape: not expressible as mask_index
     return condition
@@ -59,6 +65,7 @@ def masks_as_index(model: Any, skip: Sequence[str] = ()) -> Tuple[int, List[str]
     were rewritten and the names of those whose bias is not a mask, which must stay fp32."""
     from onnx import TensorProto, helper, numpy_helper
 
+    graph = _Graph(model)
     rewritten, unmaskable = 0, []
     masks: Dict[str, str] = {}
     built: List[Any] = []
@@ -67,7 +74,7 @@ def masks_as_index(model: Any, skip: Sequence[str] = ()) -> Tuple[int, List[str]
         if (node.op_type != "Attention" or node.name in skip or len(node.input) < 6
                 or not node.input[5]):
             continue
-        condition = None if node.input[3] else _mask_condition(model, node.input[5])
+        condition = None if node.input[3] else _mask_condition(graph, node.input[5])
         if condition is None:
             unmaskable.append(node.name)
             continue

@@ -108,15 +108,9 @@ def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, e
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    model: Any = source  # the file itself unless the graph changes first: no second copy
-    tables: Dict[str, int] = {}
-    masked, unmaskable = 0, []
-    outline = onnx.load(str(source), load_external_data=False)
-    if embeddings or any(node.op_type == "Attention" and len(node.input) > 5 and node.input[5]
-                         for node in outline.graph.node):
-        model = onnx.load(str(source))
-        tables = quantise_embedding_rows(model) if embeddings else {}
-        masked, unmaskable = masks_as_index(model, keep_fp32)
+    model = onnx.load(str(source))
+    tables = quantise_embedding_rows(model) if embeddings else {}
+    masked, unmaskable = masks_as_index(model, keep_fp32)
     operators = ["MatMul", "Gemm", "Attention"]
     with quiet_quantiser():
         quantize_dynamic(model, str(target), weight_type=QuantType.QInt8,

@@ -455,6 +455,19 @@ DEPARTMENT_DESCRIPTIONS = {
               "people interested in purchasing something",
               "prices and offers for new customers"],
 }
+# The refresh's names are also composed (`refresh_rows`): a topic word of the department and a
+# unit word that names a part of any department. In the fixed aliases some unit words belong to
+# one or two departments ("Billing desk", "Shipping desk", "Charges team"), and a model can learn
+# such a word instead of reading the topic; composed names give every unit word to every
+# department. The main training's relabelling keeps the fixed aliases only.
+DEPARTMENT_TOPICS = {
+    "billing": ["Payments", "Invoice", "Billing", "Charges", "Fees", "Money"],
+    "technical support": ["Tech", "IT", "Troubleshooting", "Fault", "Hardware", "Software"],
+    "shipping": ["Shipping", "Dispatch", "Logistics", "Parcel", "Courier", "Post"],
+    "account access": ["Login", "Password", "Access", "Identity", "Credentials", "Authentication"],
+    "sales": ["Sales", "Quotes", "Purchasing", "Offers", "New business", "Pre-sales"],
+}
+UNIT_WORDS = ("desk", "team", "group", "unit", "office", "crew", "line", "squad", "hub", "people")
 OPAQUE_NAMES = (("Team A", "Team B", "Team C", "Team D", "Team E"),
                 ("Queue 1", "Queue 2", "Queue 3", "Queue 4", "Queue 5"),
                 ("Desk X", "Desk Y", "Desk Z", "Desk W", "Desk V"),
@@ -602,8 +615,15 @@ def _choice_question(rng: random.Random, wording: str, labels: Tuple[str, ...], 
     return {"type": "choice", "instructions": wording, "criteria": chosen}
 
 
-def _relabelled(rng: random.Random, question: Dict[str, Any],
-                answer: str) -> Tuple[Dict[str, Any], str]:
+def _alias(rng: random.Random, department: str) -> str:
+    """Another name for a department: a fixed alias or, half the time, a composed one."""
+    if rng.random() < 0.5:
+        return rng.choice(DEPARTMENT_ALIASES[department])
+    return f"{rng.choice(DEPARTMENT_TOPICS[department])} {rng.choice(UNIT_WORDS)}"
+
+
+def _relabelled(rng: random.Random, question: Dict[str, Any], answer: str,
+                composed: bool = False) -> Tuple[Dict[str, Any], str]:
     """The department question with its options renamed (new names, new names with
     descriptions, or descriptions behind opaque names, in a shuffled order), and the answer's
     new name."""
@@ -613,7 +633,8 @@ def _relabelled(rng: random.Random, question: Dict[str, Any],
     if style == "opaque":
         names = dict(zip(chosen, rng.choice(OPAQUE_NAMES)))
     else:
-        names = {label: rng.choice(DEPARTMENT_ALIASES[label]) for label in chosen}
+        names = {label: _alias(rng, label) if composed else rng.choice(DEPARTMENT_ALIASES[label])
+                 for label in chosen}
     if style == "names":
         criteria: Any = [names[label] for label in chosen]
     else:
@@ -684,4 +705,33 @@ def rows(family: str, count: int, seed: int, every: bool = False,
                     "facts": {"department": item.department, "urgency": item.urgency,
                               "churn": item.churn, "refund": item.refund,
                               "sentiment": item.sentiment}})
+    return out
+
+
+def refresh_rows(count: int, seed: int, stream: str) -> List[Dict[str, Any]]:
+    """`count` training-family rows for the refresh (`scripts/train_demo.py`): the department
+    question always under other option names, composed ones among them (`_alias`), the refund
+    and churn questions always in other words (`REWORDED`), and the urgency question as the
+    main training asks it. `stream` names a draw of its own, so that several such sets, and the
+    training rows of the same seed, hold different tickets."""
+    rng = random.Random(f"demo-tickets-train-{seed}-departments-{stream}")
+    descriptions = DEMO_QUESTIONS["department"]["criteria"]
+    out = []
+    for _ in range(count):
+        item = ticket(rng, "train")
+        question = _choice_question(rng, rng.choice(WORDINGS["department"]["train"]),
+                                    DEPARTMENTS, item.department, descriptions, subset=True)
+        question, answer = _relabelled(rng, question, item.department, composed=True)
+        asked, expected = {"department": question}, {"department": answer}
+        for key, fact in (("refund", item.refund), ("churn_risk", item.churn)):
+            asked[key] = {"type": "noul", "instructions": rng.choice(REWORDED[key])}
+            expected[key] = fact
+        levels = URGENCY if rng.random() < 0.5 else URGENCY_LEVELS
+        if rng.random() < RENAME_RATE:
+            levels = rng.choice(URGENCY_ALIASES)
+        asked["urgency"] = {"type": "score", "criteria": list(levels),
+                            "instructions": rng.choice(WORDINGS["urgency"]["train"])}
+        expected["urgency"] = item.urgency
+        out.append({"state": item.text, "questions": asked, "expected": expected,
+                    "facts": {"department": item.department}})
     return out

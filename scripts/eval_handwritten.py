@@ -13,7 +13,9 @@ The bundle answers every question of every ticket (`laya_edge.ONNXAgent`, no tor
 are accuracy (top option right), the majority baseline (always the most frequent gold answer:
 for yes/no, always "no"), mean confidence and ECE (top-option probability, 15 equal-width bins,
 `train_demo.expected_calibration_error`), per question and per kind. With `--write` they go into
-`models/demo-report.json` under `handwritten`, and the model card `models/README.md` is
+`models/demo-report.json` under `handwritten` (`handwritten_fresh` for the second set,
+`models/eval/handwritten-fresh.json`: other tickets, the same questions, written after the first
+set had been used to choose between training variants), and the model card `models/README.md` is
 rewritten from the report by `train_demo.model_card`, so its hand-written section is generated,
 never typed. `scripts/train_demo.py` runs the same evaluation on every bundle it trains.
 
@@ -34,7 +36,10 @@ from typing import Any, Dict, List, Optional, Sequence
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SET_PATH = ROOT / "models" / "eval" / "handwritten.json"
-SET_NAME = "models/eval/handwritten.json"
+# Written after SET_PATH had been used to choose between training variants: the same questions
+# of other tickets, scored on the shipped model only.
+FRESH_PATH = ROOT / "models" / "eval" / "handwritten-fresh.json"
+SETS = {"handwritten": SET_PATH, "handwritten_fresh": FRESH_PATH}  # by their key in the report
 
 import train_demo  # noqa: E402  (scripts/ is on the path when a script runs)
 
@@ -95,14 +100,17 @@ def by_kind(metrics: Dict[str, Any], base: Dict[str, Dict[str, Any]],
 
 
 def evaluate(bundle: Path, path: Path = SET_PATH) -> Dict[str, Any]:
-    """The `handwritten` entry of the report for `bundle`."""
+    """The report's entry for `bundle` on the set at `path` (`handwritten` for SET_PATH)."""
     data = load_set(path)
     table = rows(data)
     metrics = train_demo.evaluate_bundle(bundle, table)
     base = baselines(table)
     for key, entry in metrics["by_question"].items():
         entry["baseline"] = base[key]["accuracy"]
-    return {"set": SET_NAME, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    resolved = path.resolve()
+    name = (resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT)
+            else str(resolved))
+    return {"set": name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "tickets": len(table), "precision": metrics["precision"],
             "questions": {key: {"kind": spec["kind"], "question": spec["question"]}
                           for key, spec in data["questions"].items()},
@@ -113,24 +121,30 @@ def evaluate(bundle: Path, path: Path = SET_PATH) -> Dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=ROOT / "models" / train_demo.BUNDLE_NAME)
-    parser.add_argument("--set", type=Path, default=SET_PATH, help="the hand-written set")
+    parser.add_argument("--set", type=Path, default=SET_PATH,
+                        help="the hand-written set (default models/eval/handwritten.json; "
+                             "models/eval/handwritten-fresh.json is the second one)")
     parser.add_argument("--write", action="store_true",
                         help="record the figures in models/demo-report.json and rewrite the "
-                             "model card models/README.md from it (the shipped bundle only)")
+                             "model card models/README.md from it (the shipped bundle and the "
+                             "sets in models/eval/ only)")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    models = ROOT / "models"
+    keys = [key for key, path in SETS.items() if path.resolve() == args.set.resolve()]
+    if args.write and args.bundle.resolve() != (models / train_demo.BUNDLE_NAME).resolve():
+        raise SystemExit("--write records the shipped bundle's figures only")
+    if args.write and not keys:
+        raise SystemExit(f"--write records the sets in models/eval/ only, not {args.set}")
     result = evaluate(args.bundle, args.set)
     print(json.dumps(result, indent=2))
     if args.write:
-        models = ROOT / "models"
-        if args.bundle.resolve() != (models / train_demo.BUNDLE_NAME).resolve():
-            raise SystemExit("--write records the shipped bundle's figures only")
         report_path = models / train_demo.REPORT_NAME
         report = json.loads(report_path.read_text(encoding="utf-8"))
-        report["handwritten"] = result
+        report[keys[0]] = result
         report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         (models / "README.md").write_text(train_demo.model_card(report), encoding="utf-8")
     for kind, entry in result["by_kind"].items():

@@ -162,6 +162,34 @@ def test_a_slow_int8_is_refused_unless_allowed(checkpoints, tmp_path, monkeypatc
     assert agent.system_one("charged twice", QUESTIONS)["answers"]["dept"]["type"] == "choice"
 
 
+def test_weight_only_int8_skips_dynamic_quantisation_and_is_not_refused_for_speed(
+        checkpoints, tmp_path, monkeypatch, capsys):
+    """Asked for weight-only int8 (for size), the export builds no dynamic graph even where one
+    would pass (thresholds relaxed as above), verifies the weight-only one, records its timing
+    and ships it although it is slower than fp32."""
+    import onnx
+
+    monkeypatch.setitem(THRESHOLDS, "int8", {"argmax_agreement": 0.0, "max_abs_p": 1.0})
+    monkeypatch.setattr(speed, "speedup_over", _slow)
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("dynamic int8 was built although weight-only was asked for")
+
+    monkeypatch.setattr(int8_variant, "to_int8", never)
+    out = tmp_path / "weight-only"
+    assert cli.main([str(checkpoints["modernbert-tiny"]), "--out", str(out), "--quiet",
+                     "--exporter", "torchscript", "--precision", "int8", "--json",
+                     "--int8-weight-only"]) == 0
+    assert json.loads(capsys.readouterr().out)["variants"]["int8"]["speed"]["speedup"] == 0.8
+    variant = read_manifest(out)["variants"]["int8"]
+    assert variant["optimisations"][-1].startswith("weight-only int8")
+    assert variant["verification"]["probes"] == "held-out"
+    assert variant["speed"]["speedup"] == 0.8 and "int8_search" not in variant
+    ops = {node.op_type for node in
+           onnx.load(str(out / "laya.int8.onnx"), load_external_data=False).graph.node}
+    assert "MatMulNBits" in ops and not ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
+
+
 def test_auto_precision_passes_over_a_slow_int8_only_on_the_cpu(tmp_path):
     variants = {"fp32": tmp_path / "laya.onnx", "int8": tmp_path / "laya.int8.onnx",
                 "fp16": tmp_path / "laya.fp16.onnx"}

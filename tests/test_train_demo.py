@@ -58,6 +58,7 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     code = train_demo.main(["--base", str(checkpoints["modernbert-tiny"]), "--ship", "fp16",
                             "--train-tickets", "16", "--calib-tickets", "6",
                             "--test-tickets", "4", "--models", str(models),
+                            "--refresh-runs", "2", "--refresh-batches", "1",
                             "--work", str(tmp_path / "work"), "--no-handwritten"])
     assert code == 0
     bundle = models / train_demo.BUNDLE_NAME
@@ -76,8 +77,10 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     command = train_demo.reproduce_command(report).split()
     assert " ".join(command) in card
     rerun = train_demo.build_parser().parse_args(command[2:])
-    assert (rerun.seed, rerun.train_tickets, rerun.calib_tickets, rerun.test_tickets) == (
-        report["seed"], 16, 6, 4)
+    assert (rerun.seed, rerun.train_tickets, rerun.calib_tickets, rerun.test_tickets,
+            rerun.refresh_runs, rerun.refresh_batches) == (report["seed"], 16, 6, 4, 2, 1)
+    assert report["training"]["refresh"]["runs"] == 2
+    assert "refresh" in report["durations"]
     # --evaluate-only re-measures the written bundle and gets the same figures;
     # --update-report writes them into the report and card, the rest unchanged
     again = train_demo.evaluate_bundle(bundle, train_demo.splits(0, 16, 6, 4)["test"])
@@ -108,7 +111,7 @@ def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults
     command = train_demo.reproduce_command(report).split()
     rerun = parser.parse_args(command[2:])
     assert (rerun.seed, rerun.train_tickets, rerun.department_batches, rerun.max_batches,
-            rerun.relabel) == (3, 4500, 60, 1125, False)
+            rerun.relabel, rerun.refresh_runs) == (3, 4500, 60, 1125, False, 0)  # no refresh
     assert "--calib-tickets" not in command and "--head-lr" not in command
     report["training"]["config"]["max_batches"] = None   # an uncapped run: no flag says so
     with pytest.raises(ValueError, match="max_batches"):
@@ -130,6 +133,29 @@ def test_training_and_calibration_are_reproducible_with_a_seed(checkpoints, tmp_
     assert train_a == train_b and calib_a == calib_b
     assert weights_a.keys() == weights_b.keys()
     assert all((weights_a[k] == weights_b[k]).all() for k in weights_a)
+
+
+def test_averaged_checkpoints_hold_the_mean_of_their_weights(checkpoints, tmp_path):
+    import numpy as np
+    from safetensors.numpy import load_file as load_weights
+
+    args = train_demo.build_parser().parse_args(["--seed", "5", "--phase-batches", "1"])
+    sources = []
+    for seed in (5, 6):
+        sources.append(tmp_path / str(seed))
+        train_demo.train(checkpoints["modernbert-tiny"], train_demo.splits(seed, 8, 0, 0)["train"],
+                         sources[-1], args)
+    train_demo.average_checkpoints(sources, tmp_path / "mean")
+    first, second, mean = (load_weights(str(path / "model.safetensors"))
+                           for path in sources + [tmp_path / "mean"])
+    moved = [key for key in first if not np.array_equal(first[key], second[key])]
+    assert moved
+    for key in first:
+        expected = (first[key].astype(np.float32) + second[key].astype(np.float32)) / 2
+        assert mean[key].dtype == first[key].dtype
+        np.testing.assert_allclose(mean[key].astype(np.float32), expected, rtol=1e-3, atol=1e-3)
+    assert ((tmp_path / "mean" / "rl_agent_config.json").read_text()
+            == (sources[0] / "rl_agent_config.json").read_text())
 
 
 def test_training_keeps_the_word_embeddings_as_pretrained(checkpoints, tmp_path):

@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ship an int8 variant even when it is not faster than fp32 on this "
                              "machine (the export times both; without this flag a slow int8 "
                              "fails the export, and precision='auto' prefers fp32 over one)")
+    parser.add_argument("--int8-weight-only", action="store_true",
+                        help="make the int8 variant weight-only (int8 weights, fp32 compute): "
+                             "the smallest verified int8 graph, chosen for size, so not refused "
+                             "for being slower than fp32; skips dynamic quantisation and its "
+                             "search")
     parser.add_argument("--no-fuse", dest="fuse", action="store_false",
                         help="keep the plain ONNX graph: no onnxruntime fusions (attention, GELU); "
                              "the fused graph runs on onnxruntime only")
@@ -149,7 +154,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         opset=args.opset or recipe.get("opset", DEFAULT_OPSET),
         external_data=args.external_data, shape_ranges=shapes, probe_seed=args.probe_seed,
         precisions=precisions, ship=ship, int8_embeddings=args.int8_embeddings,
-        allow_slow_int8=args.allow_slow_int8, fuse=args.fuse,
+        allow_slow_int8=args.allow_slow_int8, int8_weight_only=args.int8_weight_only,
+        fuse=args.fuse,
         readout=args.readout,
         recipe=os.path.basename(args.recipe) if args.recipe else None)
 

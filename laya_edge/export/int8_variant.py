@@ -9,9 +9,12 @@ held-out probes (another seed of the probe generator, never seen while choosing)
    four settings;
 3. weight-only int8 (MatMulNBits, fp32 compute), smallest scheme first.
 
+`int8_weight_only` goes straight to 3, for the smallest graph rather than a faster one.
+
 The chosen graph is then timed against the fp32 graph (`speed`); one that is not faster is
-refused unless the export allows it (`allow_slow_int8`), and the figure goes into the manifest
-either way, so `precision="auto"` can leave a slow int8 graph alone.
+refused unless the export allows it (`allow_slow_int8`) or asked for weight-only int8, and the
+figure goes into the manifest either way, so `precision="auto"` can leave a slow int8 graph
+alone.
 """
 from __future__ import annotations
 
@@ -58,16 +61,59 @@ def int8_variant(options: Any, build: Path, fp32_graph: Path, external: bool,
             fp32_graph, target, setting[0], setting[1], options.int8_embeddings, external,
             excluded)
 
-    if options.skip_verify:  # nothing to choose by: the first setting, unverified, untimed
-        graph, optimisations, report = best_candidate(
-            NAME, [(dynamic(SETTINGS[0]), inherited)], build, "int8", search_runs, reference,
-            True)
+    def weight_only(block: int, symmetric: bool) -> Callable:
+        return lambda target: to_int8_weight_only(plain[0], target, options.int8_embeddings,
+                                                  external, block, symmetric)
+
+    if options.skip_verify:  # nothing to choose by: the first candidate, unverified, untimed
+        first = ((weight_only(*WEIGHT_ONLY_SCHEMES[0]), plain[1]) if options.int8_weight_only
+                 else (dynamic(SETTINGS[0]), inherited))
+        graph, optimisations, report = best_candidate(NAME, [first], build, "int8",
+                                                      search_runs, reference, True)
         replace_graph(build / NAME, graph)
         return variant_entry(build, NAME, "int8", optimisations, report)
 
     def held_out(candidate: Candidate) -> Tuple[Optional[Candidate], Candidate]:
         return _held_out(candidate, held_out_runs, reference)
 
+    chosen, failure, search = None, None, None
+    if not options.int8_weight_only:
+        chosen, failure, search = _dynamic(fp32_graph, build, search_runs, reference, dynamic,
+                                           inherited, held_out, log)
+    for block, symmetric in WEIGHT_ONLY_SCHEMES if chosen is None else ():
+        candidate = attempt_path(build, NAME)
+        optimisations = plain[1] + weight_only(block, symmetric)(candidate)
+        chosen, failure = _better_failure(
+            held_out((candidate, optimisations,
+                      verified(candidate, "int8", search_runs, reference, False))), failure)
+        if chosen is not None:
+            break
+    if chosen is None:
+        require_pass(failure[2], build / NAME)  # raises: says where it diverged
+    assert chosen is not None
+    discard(failure[0] if failure is not None and failure[0] != chosen[0] else None)
+    graph, optimisations, report = chosen
+    timing = speed.speedup_over(fp32_graph, graph, speed.timing_batches(search_runs))
+    log(f"int8: {timing['speedup']:.2f}x fp32 on this machine ({timing['cpu']['model']})")
+    if timing["speedup"] <= 1.0 and not (options.allow_slow_int8 or options.int8_weight_only):
+        raise SlowVariantError(
+            f"the int8 graph that passed verification runs at {timing['speedup']:.2f}x fp32 on "
+            f"this machine ({timing['cpu']['model']}), not faster; pass --allow-slow-int8 to "
+            "ship it anyway (precision='auto' then prefers fp32 on the CPU), or leave int8 out "
+            "of --precision")
+    replace_graph(build / NAME, graph)
+    entry = variant_entry(build, NAME, "int8", optimisations, report)
+    entry["speed"] = timing
+    if search is not None:
+        entry["int8_search"] = search.record()
+    return entry
+
+
+def _dynamic(fp32_graph: Path, build: Path, search_runs: List[Any], reference: Any,
+             dynamic: Callable, inherited: List[str], held_out: Callable,
+             log: Callable[[str], None]) -> Tuple[Optional[Candidate], Candidate, Any]:
+    """Candidates 1 and 2 of the module: `(chosen, failure, search)`, the search's outcome None
+    where a fully quantised graph passed."""
     tried = []
     for setting in SETTINGS:
         candidate = attempt_path(build, NAME)
@@ -92,44 +138,18 @@ def int8_variant(options: Any, build: Path, fp32_graph: Path, external: bool,
                 f"{len(search.kept_fp32)} of {search.candidates} weight multiplications kept "
                 "fp32 (sensitivity search)"], search.report)
             chosen, failure = _better_failure(held_out(found), failure)
-    for block, symmetric in WEIGHT_ONLY_SCHEMES if chosen is None else ():
-        candidate = attempt_path(build, NAME)
-        optimisations = plain[1] + to_int8_weight_only(plain[0], candidate,
-                                                       options.int8_embeddings, external, block,
-                                                       symmetric)
-        chosen, failure = _better_failure(
-            held_out((candidate, optimisations,
-                      verified(candidate, "int8", search_runs, reference, False))), failure)
-        if chosen is not None:
-            break
-    if chosen is None:
-        require_pass(failure[2], build / NAME)  # raises: says where it diverged
-    assert chosen is not None
-    discard(failure[0] if failure[0] != chosen[0] else None)
-    graph, optimisations, report = chosen
-    timing = speed.speedup_over(fp32_graph, graph, speed.timing_batches(search_runs))
-    log(f"int8: {timing['speedup']:.2f}x fp32 on this machine ({timing['cpu']['model']})")
-    if timing["speedup"] <= 1.0 and not options.allow_slow_int8:
-        raise SlowVariantError(
-            f"the int8 graph that passed verification runs at {timing['speedup']:.2f}x fp32 on "
-            f"this machine ({timing['cpu']['model']}), not faster; pass --allow-slow-int8 to "
-            "ship it anyway (precision='auto' then prefers fp32 on the CPU), or leave int8 out "
-            "of --precision")
-    replace_graph(build / NAME, graph)
-    entry = variant_entry(build, NAME, "int8", optimisations, report)
-    entry["speed"] = timing
-    if search is not None:
-        entry["int8_search"] = search.record()
-    return entry
+    return chosen, failure, search
 
 
 def _better_failure(outcome: Tuple[Optional[Candidate], Candidate],
-                    failure: Candidate) -> Tuple[Optional[Candidate], Candidate]:
+                    failure: Optional[Candidate]) -> Tuple[Optional[Candidate], Candidate]:
     """`(chosen, failure)` after one more candidate: a chosen one ends the search; of two
     failures the better ranked is kept (its report is the error's) and the other removed."""
     chosen, failed = outcome
     if chosen is not None:
-        return chosen, failure
+        return chosen, failure if failure is not None else failed
+    if failure is None:
+        return None, failed
     keep, drop = (failed, failure) if rank(failed[2]) > rank(failure[2]) else (failure, failed)
     discard(drop[0])
     return None, keep

@@ -58,6 +58,7 @@ class ExportOptions:
     ship: Optional[Tuple[str, ...]] = None  # variants written to the bundle; None: all built
     int8_embeddings: bool = False
     allow_slow_int8: bool = False
+    int8_weight_only: bool = False
     fuse: bool = True
     readout: bool = True
     probe_seed: int = 0

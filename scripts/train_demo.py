@@ -16,8 +16,8 @@ Steps (each logged with its duration):
    cross-entropy, checkpoint format) plus a marker-binding loss (``binding_loss``), in a
    curriculum: each question kind alone, the kinds with option lists first, then all mixed.
 4. ``refresh`` (with ``--refresh-runs``; off by default): a few short fine-tunes of the trained
-   model, each on tickets of its own with every department option renamed and the yes/no
-   questions reworded, averaged into one model (``refresh``).
+   model, each on tickets of its own with every department option renamed, the yes/no
+   questions reworded and urgency asked, averaged into one model (``refresh``).
 5. ``calibrate``: temperatures refitted on the held-out calibration split with upstream
    ``laya.calibrate.fit_temperature_map`` and written into the checkpoint.
 6. ``export``: ``laya_edge.export`` builds fp32 and int8, verifies both against PyTorch, and
@@ -763,9 +763,9 @@ def _refresh_text(training: Dict[str, Any]) -> str:
         f"Then {refresh['runs']} short fine-tunes of the trained model ({refresh['batches']} "
         f"batches each, encoder learning rate {refresh['encoder_lr']}, head learning rate "
         f"{refresh['head_lr']}), each on tickets of its own asking the department question "
-        "under other option names (fixed or composed aliases, descriptions, opaque names) and "
-        "the refund and churn questions in other words, their weights averaged into the "
-        "shipped model (`refresh`).", width=96)
+        "under other option names (fixed or composed aliases, descriptions, opaque names), "
+        "the refund and churn questions in other words and the urgency question as in "
+        "training, their weights averaged into the shipped model (`refresh`).", width=96)
 
 
 def reproduce_command(report: Dict[str, Any]) -> str:

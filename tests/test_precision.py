@@ -420,6 +420,23 @@ def test_skip_verify_records_unverified_variants(checkpoints, tmp_path):
     assert agent.system_one(STATES[0], QUESTIONS)["answers"]["dept"]["type"] == "choice"
 
 
+def test_skip_verify_with_weight_only_int8_builds_the_weight_only_graph(checkpoints, tmp_path):
+    import onnx
+
+    out = tmp_path / "int8"
+    export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
+                                exporter="torchscript", skip_verify=True, int8_weight_only=True,
+                                precisions=("fp32", "int8")), Progress(quiet=True))
+    variant = read_manifest(out)["variants"]["int8"]
+    assert variant["verification"]["skipped"] is True
+    assert variant["optimisations"][-1].startswith("weight-only int8")
+    ops = {node.op_type for node in
+           onnx.load(str(out / "laya.int8.onnx"), load_external_data=False).graph.node}
+    assert "MatMulNBits" in ops and not ops & {"DynamicQuantizeMatMul", "MatMulInteger"}
+    assert quiet_load(out, precision="int8").system_one(
+        STATES[0], QUESTIONS)["answers"]["dept"]["type"] == "choice"
+
+
 def test_int8_is_quantised_from_the_fused_graph(checkpoints, tmp_path):
     """MiniLM's attention fuses, and the int8 variant quantises the fused graph: the packed
     attention weights become int8 too (QAttention), and the graph finds its own sidecar."""

@@ -615,11 +615,12 @@ def _choice_question(rng: random.Random, wording: str, labels: Tuple[str, ...], 
     return {"type": "choice", "instructions": wording, "criteria": chosen}
 
 
-def _alias(rng: random.Random, department: str) -> str:
-    """Another name for a department: a fixed alias or, half the time, a composed one."""
-    if rng.random() < 0.5:
-        return rng.choice(DEPARTMENT_ALIASES[department])
-    return f"{rng.choice(DEPARTMENT_TOPICS[department])} {rng.choice(UNIT_WORDS)}"
+def _alias(rng: random.Random, department: str, composed: bool) -> str:
+    """Another name for a department: a fixed alias or, with `composed`, half the time a
+    composed one."""
+    if composed and rng.random() >= 0.5:
+        return f"{rng.choice(DEPARTMENT_TOPICS[department])} {rng.choice(UNIT_WORDS)}"
+    return rng.choice(DEPARTMENT_ALIASES[department])
 
 
 def _relabelled(rng: random.Random, question: Dict[str, Any], answer: str,
@@ -633,8 +634,7 @@ def _relabelled(rng: random.Random, question: Dict[str, Any], answer: str,
     if style == "opaque":
         names = dict(zip(chosen, rng.choice(OPAQUE_NAMES)))
     else:
-        names = {label: _alias(rng, label) if composed else rng.choice(DEPARTMENT_ALIASES[label])
-                 for label in chosen}
+        names = {label: _alias(rng, label, composed) for label in chosen}
     if style == "names":
         criteria: Any = [names[label] for label in chosen]
     else:

@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SET_PATH = ROOT / "models" / "eval" / "handwritten.json"
 # Written after SET_PATH had been used to choose between training variants: the same questions
-# of other tickets, scored on the shipped model only.
+# of other tickets, to measure a model without that selection's bias.
 FRESH_PATH = ROOT / "models" / "eval" / "handwritten-fresh.json"
 SETS = {"handwritten": SET_PATH, "handwritten_fresh": FRESH_PATH}  # by their key in the report
 

@@ -22,6 +22,7 @@ never typed. `scripts/train_demo.py` runs the same evaluation on every bundle it
     python scripts/eval_handwritten.py                    # print the figures (JSON)
     python scripts/eval_handwritten.py --write            # and record them in models/
     python scripts/eval_handwritten.py --bundle DIR       # another bundle, e.g. a scratch run
+    python scripts/eval_handwritten.py --checkpoint A --checkpoint B   # PyTorch, averaged
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -40,6 +41,7 @@ SET_PATH = ROOT / "models" / "eval" / "handwritten.json"
 # of other tickets, to measure a model without that selection's bias.
 FRESH_PATH = ROOT / "models" / "eval" / "handwritten-fresh.json"
 SETS = {"handwritten": SET_PATH, "handwritten_fresh": FRESH_PATH}  # by their key in the report
+PredictBatch = Callable[[List[Any], Dict[str, Any]], List[Dict[str, Any]]]
 
 import train_demo  # noqa: E402  (scripts/ is on the path when a script runs)
 
@@ -99,11 +101,60 @@ def by_kind(metrics: Dict[str, Any], base: Dict[str, Dict[str, Any]],
     return out
 
 
+def averaged(predicts: Sequence[PredictBatch]) -> PredictBatch:
+    """One `predict_batch` answering with the mean of several models' probabilities (for yes/no
+    the mean probability of "yes"), its confidence the mean's top probability: a
+    probability-averaged ensemble, which training runs that differ only by seed make better
+    than any one of them (the notes on seeds in scripts/train_demo.py)."""
+    def predict_batch(states: List[Any], questions: Dict[str, Any]) -> List[Dict[str, Any]]:
+        results = [predict(states, questions) for predict in predicts]
+        return [{"answers": {key: _mean_answer([result["answers"][key] for result in per_state])
+                             for key in questions}}
+                for per_state in zip(*results)]
+
+    return predict_batch
+
+
+def _mean_answer(answers: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    if "probabilities" in answers[0]:
+        probabilities = {option: sum(answer["probabilities"][option] for answer in answers)
+                         / len(answers) for option in answers[0]["probabilities"]}
+        return {"probabilities": probabilities,
+                "answer_confidence": max(probabilities.values())}
+    yes = sum(answer["noul"] for answer in answers) / len(answers)
+    return {"noul": yes, "answer_confidence": max(yes, 1.0 - yes)}
+
+
+def checkpoints_predict(checkpoints: Sequence[Path]) -> PredictBatch:
+    """PyTorch checkpoints (upstream laya, fp32) answering as one: the first alone, or the
+    ensemble of all (`averaged`)."""
+    import laya
+
+    predicts = [laya.load(str(checkpoint)).predict_batch for checkpoint in checkpoints]
+    return predicts[0] if len(predicts) == 1 else averaged(predicts)
+
+
 def evaluate(bundle: Path, path: Path = SET_PATH) -> Dict[str, Any]:
     """The report's entry for `bundle` on the set at `path` (`handwritten` for SET_PATH)."""
+    return measure(lambda table: train_demo.evaluate_bundle(bundle, table), path)
+
+
+def evaluate_checkpoints(checkpoints: Sequence[Path], path: Path = SET_PATH) -> Dict[str, Any]:
+    """`evaluate`'s figures for PyTorch checkpoints: one, or the ensemble of several."""
+    predict = checkpoints_predict(checkpoints)
+    answered_by = ("fp32 (PyTorch)" if len(checkpoints) == 1
+                   else f"ensemble of {len(checkpoints)} (PyTorch)")
+    return measure(lambda table: dict(train_demo.evaluate(predict, table),
+                                      precision=answered_by), path)
+
+
+def measure(score: Callable[[List[Dict[str, Any]]], Dict[str, Any]],
+            path: Path) -> Dict[str, Any]:
+    """The entry `evaluate` makes, from `score`: the figures (`train_demo.evaluate`'s, with the
+    `precision` that answered) of some model on a list of rows."""
     data = load_set(path)
     table = rows(data)
-    metrics = train_demo.evaluate_bundle(bundle, table)
+    metrics = score(table)
     base = baselines(table)
     for key, entry in metrics["by_question"].items():
         entry["baseline"] = base[key]["accuracy"]
@@ -121,6 +172,9 @@ def evaluate(bundle: Path, path: Path = SET_PATH) -> Dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=ROOT / "models" / train_demo.BUNDLE_NAME)
+    parser.add_argument("--checkpoint", type=Path, action="append", default=[],
+                        help="a PyTorch checkpoint (upstream laya) instead of the bundle; given "
+                             "more than once, the ensemble averaging their probabilities")
     parser.add_argument("--set", type=Path, default=SET_PATH,
                         help="the hand-written set (default models/eval/handwritten.json; "
                              "models/eval/handwritten-fresh.json is the second one)")
@@ -139,7 +193,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit("--write records the shipped bundle's figures only")
     if args.write and not keys:
         raise SystemExit(f"--write records the sets in models/eval/ only, not {args.set}")
-    result = evaluate(args.bundle, args.set)
+    if args.write and args.checkpoint:
+        raise SystemExit("--write records the shipped bundle's figures, not a checkpoint's")
+    result = (evaluate_checkpoints(args.checkpoint, args.set) if args.checkpoint
+              else evaluate(args.bundle, args.set))
     print(json.dumps(result, indent=2))
     if args.write:
         report_path = models / train_demo.REPORT_NAME

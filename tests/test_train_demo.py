@@ -113,6 +113,12 @@ def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults
     assert (rerun.seed, rerun.train_tickets, rerun.department_batches, rerun.max_batches,
             rerun.relabel, rerun.refresh_runs) == (3, 4500, 60, 1125, False, 0)  # no refresh
     assert "--calib-tickets" not in command and "--head-lr" not in command
+    # a run from before --base-seed built its base with its own seed; later runs record theirs
+    assert rerun.base_seed == 3
+    report["base_seed"] = defaults.base_seed
+    assert "--base-seed" not in train_demo.reproduce_command(report).split()
+    report["base_seed"] = 5
+    assert parser.parse_args(train_demo.reproduce_command(report).split()[2:]).base_seed == 5
     report["training"]["config"]["max_batches"] = None   # an uncapped run: no flag says so
     with pytest.raises(ValueError, match="max_batches"):
         train_demo.reproduce_command(report)
@@ -312,3 +318,50 @@ def test_answers_by_question_are_the_answers_of_asking_each_row():
                 alone[key]["answer_confidence"], abs=2e-4)
             assert (train_demo.predicted(answer, row["questions"][key])
                     == train_demo.predicted(alone[key], row["questions"][key]))
+
+
+def test_the_averaged_ensemble_answers_with_the_mean_probabilities():
+    """scripts/eval_handwritten.py `averaged`: options by their mean probability, yes/no by the
+    mean probability of "yes", confidence the mean's top probability."""
+    hand = load_file("scripts/eval_handwritten.py", "eval_handwritten")
+    questions = {"d": {"type": "choice"}, "u": {"type": "noul"}}
+
+    def model(choice_a: float, yes: float):
+        def predict_batch(states, asked):
+            assert asked == questions
+            return [{"answers": {"d": {"probabilities": {"a": choice_a, "b": 1 - choice_a},
+                                       "answer_confidence": max(choice_a, 1 - choice_a)},
+                                 "u": {"noul": yes, "answer_confidence": max(yes, 1 - yes)}}}
+                    for _ in states]
+        return predict_batch
+
+    answers = hand.averaged([model(0.9, 0.2), model(0.3, 0.7)])(["s", "t"], questions)
+    assert len(answers) == 2
+    choice, yes_no = answers[1]["answers"]["d"], answers[1]["answers"]["u"]
+    assert choice["probabilities"] == pytest.approx({"a": 0.6, "b": 0.4})
+    assert choice["answer_confidence"] == pytest.approx(0.6)
+    assert train_demo.predicted(choice, questions["d"]) == "a"  # the second model alone: "b"
+    assert yes_no["noul"] == pytest.approx(0.45) and yes_no["answer_confidence"] == \
+        pytest.approx(0.55)
+    assert train_demo.predicted(yes_no, questions["u"]) is False
+
+
+def test_a_checkpoint_twice_as_an_ensemble_scores_as_the_checkpoint(checkpoints, tmp_path):
+    """eval_handwritten.py --checkpoint: upstream laya answers the hand-written questions; an
+    ensemble of one model with itself gets its figures (confidences to the payload's rounding)."""
+    hand = load_file("scripts/eval_handwritten.py", "eval_handwritten")
+    data = hand.load_set(hand.FRESH_PATH)
+    data["tickets"] = data["tickets"][:6]
+    subset = tmp_path / "set.json"
+    subset.write_text(json.dumps(data), encoding="utf-8")
+    checkpoint = checkpoints["modernbert-tiny"]
+    one = hand.evaluate_checkpoints([checkpoint], subset)
+    two = hand.evaluate_checkpoints([checkpoint, checkpoint], subset)
+    assert (one["precision"], two["precision"]) == ("fp32 (PyTorch)", "ensemble of 2 (PyTorch)")
+    assert one["overall"]["n"] == 6 * len(data["questions"])
+    for key, entry in one["by_question"].items():
+        assert two["by_question"][key]["accuracy"] == entry["accuracy"]
+        assert two["by_question"][key]["mean_confidence"] == pytest.approx(
+            entry["mean_confidence"], abs=2e-4)
+    with pytest.raises(SystemExit, match="checkpoint"):
+        hand.main(["--checkpoint", str(checkpoint), "--write"])

@@ -172,14 +172,15 @@ def test_fp16_answers_agree_with_upstream_torch(fp16_bundle, checkpoints):
 
 
 def _record_weight_only_schemes(monkeypatch) -> list:
-    """Make the pipeline's weight-only builds record their (block, symmetric) scheme."""
+    """Make the pipeline's weight-only builds record their (MatMul block, symmetric, embedding
+    block) scheme, the embedding block None where the embeddings stay fp32."""
     from laya_edge.export import int8_variant
 
     real, schemes = int8_variant.to_int8_weight_only, []
 
-    def recorded(source, target, embeddings, external, block, symmetric):
-        schemes.append((block, symmetric))
-        return real(source, target, embeddings, external, block, symmetric)
+    def recorded(source, target, embeddings, external, block, symmetric, embedding_block):
+        schemes.append((block, symmetric, embedding_block if embeddings else None))
+        return real(source, target, embeddings, external, block, symmetric, embedding_block)
 
     monkeypatch.setattr(int8_variant, "to_int8_weight_only", recorded)
     return schemes
@@ -200,10 +201,14 @@ def _search_finds_nothing(monkeypatch) -> list:
     return calls
 
 
-def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path, monkeypatch):
+@pytest.mark.parametrize("embeddings", [False, True])
+def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path, monkeypatch,
+                                                           embeddings):
     """int8 of the random-head ModernBERT-style test checkpoint misses the bar, dynamic and
     every weight-only scheme alike (and here the mixed-precision search finds nothing): the
-    export tries them all, refuses the variant, says where it diverged, and writes nothing."""
+    export tries them all, refuses the variant, says where it diverged, and writes nothing.
+    The scheme that only halves the embedding blocks is tried where the embeddings are
+    quantised, and nowhere else, where it would rebuild the graph before it."""
     from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
 
     schemes = _record_weight_only_schemes(monkeypatch)
@@ -211,7 +216,8 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
     out = tmp_path / "int8"
     with pytest.raises(VerificationError) as failed:
         export_bundle(ExportOptions(source=str(checkpoints["modernbert-tiny"]), out=out,
-                                    exporter="torchscript", precisions=("fp32", "int8")),
+                                    exporter="torchscript", precisions=("fp32", "int8"),
+                                    int8_embeddings=embeddings),
                       Progress(quiet=True))
     message = str(failed.value)
     assert "laya.int8.onnx (int8)" in message and "case '" in message
@@ -219,11 +225,18 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
     assert report["precision"] == "int8" and report["passed"] is False
     assert report["argmax_agreement"] < 0.99 or report["max_abs_p"] > 0.05
     assert not out.exists() and not list(tmp_path.glob(".int8.*"))
-    assert schemes == list(WEIGHT_ONLY_SCHEMES) and len(searched) == 1
+    assert len(searched) == 1
+    if embeddings:
+        assert schemes == list(WEIGHT_ONLY_SCHEMES)
+    else:
+        matmul_schemes = list(dict.fromkeys(scheme[:2] for scheme in WEIGHT_ONLY_SCHEMES))
+        assert schemes == [scheme + (None,) for scheme in matmul_schemes]
+        assert len(schemes) < len(WEIGHT_ONLY_SCHEMES)
 
 
-def test_embedding_tables_are_quantised_in_blocks_of_each_row():
-    """Each block of EMBEDDING_BLOCK values of an embedding row keeps its own int8 scale, so a
+@pytest.mark.parametrize("block", [32, 16])
+def test_embedding_tables_are_quantised_in_blocks_of_each_row(block):
+    """Each block of `block` values of an embedding row keeps its own int8 scale, so a
     row of small values, and small values beside a row's large ones, are resolved as finely as
     large ones; a row whose width is not a multiple of the block is one block; small tables, and
     tables something other than a lookup reads, stay fp32. Lookups of any rank work."""
@@ -231,19 +244,18 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row():
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from laya_edge.export.precision import (EMBEDDING_BLOCK, MIN_TABLE_ROWS,
-                                            quantise_embedding_rows)
+    from laya_edge.export.precision import MIN_TABLE_ROWS, quantise_embedding_rows
 
     rng = np.random.default_rng(0)
     rows_in = MIN_TABLE_ROWS + 44
     magnitudes = 10.0 ** rng.uniform(-3, 1, size=(rows_in, 2))
     magnitudes[5] = 0.0
-    table = (rng.normal(size=(rows_in, 2, EMBEDDING_BLOCK)) * magnitudes[:, :, None]).reshape(
-        rows_in, 2 * EMBEDDING_BLOCK).astype(np.float32)
+    table = (rng.normal(size=(rows_in, 2, block)) * magnitudes[:, :, None]).reshape(
+        rows_in, 2 * block).astype(np.float32)
     narrow = (rng.normal(size=(rows_in, 4)) * magnitudes[:, :1]).astype(np.float32)
     small = rng.normal(size=(3, 4)).astype(np.float32)
     shared = rng.normal(size=(rows_in, rows_in)).astype(np.float32)
-    outputs = [("rows", [None, None, 2 * EMBEDDING_BLOCK]), ("narrowed", [None, 4]),
+    outputs = [("rows", [None, None, 2 * block]), ("narrowed", [None, 4]),
                ("typed", [None, 4]), ("picked", [None, rows_in]), ("out", [None, rows_in])]
     graph = helper.make_graph(
         [helper.make_node("Gather", ["table", "pairs"], ["rows"]),
@@ -259,7 +271,7 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row():
         [numpy_helper.from_array(array, name) for name, array in
          (("table", table), ("narrow", narrow), ("small", small), ("shared", shared))])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    assert quantise_embedding_rows(model) == {"table": EMBEDDING_BLOCK, "narrow": 4}
+    assert quantise_embedding_rows(model, block) == {"table": block, "narrow": 4}
     initializers = {init.name: init for init in model.graph.initializer}
     assert not {"table", "narrow"} & set(initializers) and {"small", "shared"} <= set(initializers)
     assert initializers["table_rows_int8"].data_type == TensorProto.INT8
@@ -270,9 +282,9 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row():
     rows, narrowed, typed, picked = session.run(
         ["rows", "narrowed", "typed", "picked"],
         {"pairs": looked_up.reshape(4, 2), "ids": looked_up, "kinds": kinds})
-    assert rows.shape == (4, 2, 2 * EMBEDDING_BLOCK)
-    rows = rows.reshape(len(looked_up), 2, EMBEDDING_BLOCK)
-    expected = table[looked_up].reshape(len(looked_up), 2, EMBEDDING_BLOCK)
+    assert rows.shape == (4, 2, 2 * block)
+    rows = rows.reshape(len(looked_up), 2, block)
+    expected = table[looked_up].reshape(len(looked_up), 2, block)
     step = np.abs(expected).max(axis=2, keepdims=True) / 127
     assert (np.abs(rows - expected) <= step / 2 + 1e-7).all()
     # the smaller block of each row: one scale for the whole row would round it coarser
@@ -336,6 +348,8 @@ def test_dynamic_int8_rounds_embedding_tables_by_row_blocks_and_leaves_small_tab
     step = np.repeat(np.abs(blocks).max(axis=2) / 127, EMBEDDING_BLOCK, axis=1)
     assert (np.abs(embedded - small[kinds] - table[ids]) <= step / 2 + 1e-6).all()
     assert step.max() < np.abs(table).max() / 127 / 100  # one scale per table: 100x coarser
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpoints, tmp_path,
                                                                          monkeypatch):
@@ -372,7 +386,7 @@ def test_int8_falls_back_to_weight_only_when_dynamic_quantisation_misses(checkpo
     assert "embedding table(s) with one scale per 32 values of a row" in \
         variant["optimisations"][-1]
     assert schemes and schemes == list(WEIGHT_ONLY_SCHEMES[:len(schemes)])
-    block, symmetric = schemes[-1]
+    block, symmetric, _embedding_block = schemes[-1]
     assert (f"{'symmetric' if symmetric else 'asymmetric'} blocks of {block}"
             in variant["optimisations"][-1])
     graph = onnx.load(str(out / "laya.int8.onnx"), load_external_data=False).graph

@@ -24,7 +24,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import int8_search, speed
 from .candidates import (Candidate, attempt_path, best_candidate, discard, rank, replace_graph,
                          variant_entry, verified)
-from .precision import VARIANT_FILES, WEIGHT_ONLY_SCHEMES, to_int8, to_int8_weight_only
+from .precision import (EMBEDDING_BLOCK, VARIANT_FILES, WEIGHT_ONLY_SCHEMES, to_int8,
+                        to_int8_weight_only)
 from .verify import require_pass
 
 NAME = VARIANT_FILES["int8"]
@@ -44,6 +45,12 @@ def _accepted(report: Dict[str, Any]) -> bool:
         report["max_abs_p"] <= SEARCH_HEADROOM * report["thresholds"]["max_abs_p"])
 
 
+def weight_only_schemes(embeddings: bool) -> List[Tuple[int, bool, int]]:
+    """The weight-only schemes to try, in order; without quantised embeddings, a scheme that
+    differs only in its embedding block would rebuild the same graph."""
+    return [scheme for scheme in WEIGHT_ONLY_SCHEMES if embeddings or scheme[2] == EMBEDDING_BLOCK]
+
+
 class SlowVariantError(RuntimeError):
     """The int8 graph that passed verification is not faster than fp32 on this machine."""
 
@@ -61,9 +68,9 @@ def int8_variant(options: Any, build: Path, fp32_graph: Path, external: bool,
             fp32_graph, target, setting[0], setting[1], options.int8_embeddings, external,
             excluded)
 
-    def weight_only(block: int, symmetric: bool) -> Callable:
+    def weight_only(block: int, symmetric: bool, embedding_block: int) -> Callable:
         return lambda target: to_int8_weight_only(plain[0], target, options.int8_embeddings,
-                                                  external, block, symmetric)
+                                                  external, block, symmetric, embedding_block)
 
     if options.skip_verify:  # nothing to choose by: the first candidate, unverified, untimed
         first = ((weight_only(*WEIGHT_ONLY_SCHEMES[0]), plain[1]) if options.int8_weight_only
@@ -80,9 +87,9 @@ def int8_variant(options: Any, build: Path, fp32_graph: Path, external: bool,
     if not options.int8_weight_only:
         chosen, failure, search = _dynamic(fp32_graph, build, search_runs, reference, dynamic,
                                            inherited, held_out, log)
-    for block, symmetric in WEIGHT_ONLY_SCHEMES if chosen is None else ():
+    for scheme in weight_only_schemes(options.int8_embeddings) if chosen is None else ():
         candidate = attempt_path(build, NAME)
-        optimisations = plain[1] + weight_only(block, symmetric)(candidate)
+        optimisations = plain[1] + weight_only(*scheme)(candidate)
         chosen, failure = _better_failure(
             held_out((candidate, optimisations,
                       verified(candidate, "int8", search_runs, reference, False))), failure)

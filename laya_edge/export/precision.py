@@ -126,30 +126,34 @@ def to_int8(source: Path, target: Path, per_channel: bool, reduce_range: bool, e
             f"{', 7-bit range' if reduce_range else ''}){tables_text(tables)}{masks}"]
 
 
-# Weight-only int8 schemes, (block length along each MatMul weight's input axis, symmetric),
-# tried in this order until one passes: smallest first. Asymmetric blocks add a zero point per
-# block, halving the block doubles the scales. Measured on the 4500-ticket trained MiniLM demo
-# model (max |dp| on the probe set; size of the graph files, 0.6 MB of them the exporter's node
-# metadata, since dropped): (64, symmetric) 0.074, 28.6 MB; (64, asymmetric) 0.051, 28.8 MB;
-# (32, asymmetric) 0.030, 29.9 MB; (128, asymmetric) 0.078. The 8000-ticket relabelled one is
-# sharper: on the held-out probes (32, asymmetric) 0.074 and (16, asymmetric) 0.031, 33.4 MB,
-# both with the embedding blocks below; the 11000-ticket one passes with (64, symmetric): 0.044,
-# 29.8 MB.
-WEIGHT_ONLY_SCHEMES = ((64, True), (64, False), (32, False), (16, False))
+# Weight-only int8 schemes, (block length along each MatMul weight's input axis, symmetric,
+# block length along each embedding row), tried in this order until one passes: smallest first.
+# Asymmetric blocks add a zero point per block, halving the block doubles the scales. Measured
+# on the 4500-ticket trained MiniLM demo model (max |dp| on the probe set; size of the graph
+# files, 0.6 MB of them the exporter's node metadata, since dropped): (64, symmetric) 0.074,
+# 28.6 MB; (64, asymmetric) 0.051, 28.8 MB; (32, asymmetric) 0.030, 29.9 MB; (128, asymmetric)
+# 0.078. The 8000-ticket relabelled one is sharper: on the held-out probes (32, asymmetric) 0.074
+# and (16, asymmetric) 0.031, 33.4 MB, both with embedding blocks of 32; the 11000-ticket one
+# passes with (64, symmetric): 0.044, 29.8 MB. The last scheme halves the embedding blocks too,
+# and is tried only where the embeddings are quantised: a 2026-12-07 demo model distilled from
+# three seeds drifted 0.053 on the search probes with (16, asymmetric, 32) and passed with
+# embedding blocks of 16 (0.044 there, 0.032 held out), 34.9 MB in all.
+WEIGHT_ONLY_SCHEMES = ((64, True, 32), (64, False, 32), (32, False, 32), (16, False, 32),
+                       (16, False, 16))
 # Embedding tables with fewer rows stay fp32: they weigh next to nothing, and some are added to
 # every position (token types, Laya's question-type embedding). On a 3000-ticket demo model,
 # quantising those too raised max |dp| from 0.035 to 0.049.
 MIN_TABLE_ROWS = 256
-# Each table row is quantised in blocks of this many values, one scale each (a row whose width
-# is not a multiple is one block). On the 8000-ticket demo model with 16-value MatMul blocks,
-# one scale per row gave held-out max |dp| 0.055 (over the bar), blocks of 32 0.031; the
-# scales cost 1.5 MB on MiniLM's 30522 x 384 table.
+# Each table row is quantised in blocks of this many values by default, one scale each (a row
+# whose width is not a multiple is one block). On the 8000-ticket demo model with 16-value MatMul
+# blocks, one scale per row gave held-out max |dp| 0.055 (over the bar), blocks of 32 0.031; the
+# scales cost 1.5 MB on MiniLM's 30522 x 384 table (3 MB in blocks of 16).
 EMBEDDING_BLOCK = 32
 
 
-def quantise_embedding_rows(model: Any) -> Dict[str, int]:
+def quantise_embedding_rows(model: Any, block: int = EMBEDDING_BLOCK) -> Dict[str, int]:
     """Store each embedding table (a float 2-D initializer of at least MIN_TABLE_ROWS rows, read
-    only by Gathers on axis 0) as int8 with one scale per EMBEDDING_BLOCK values of a row,
+    only by Gathers on axis 0) as int8 with one scale per `block` values of a row,
     dequantised after the lookup; returns each table's block width, by name.
 
     Per row and block because values differ in scale: one scale for the whole table (what
@@ -184,19 +188,19 @@ def quantise_embedding_rows(model: Any) -> Dict[str, int]:
         if name not in quantised:
             values = numpy_helper.to_array(tables[name])
             count, width = values.shape
-            block = EMBEDDING_BLOCK if width % EMBEDDING_BLOCK == 0 else width
-            blocks = values.reshape(count, width // block, block)
+            length = block if width % block == 0 else width
+            blocks = values.reshape(count, width // length, length)
             scale = np.abs(blocks).max(axis=2, keepdims=True) / 127.0
             scale[scale == 0] = 1.0
             rows = np.clip(np.round(blocks / scale), -127, 127).astype(np.int8)
             graph.initializer.extend([
                 numpy_helper.from_array(rows.reshape(count, width), f"{name}_rows_int8"),
                 numpy_helper.from_array(scale.astype(np.float32), f"{name}_block_scales"),
-                numpy_helper.from_array(np.array([-1, width // block, block], np.int64),
+                numpy_helper.from_array(np.array([-1, width // length, length], np.int64),
                                         f"{name}_blocked"),
-                numpy_helper.from_array(np.array([-1, width // block, 1], np.int64),
+                numpy_helper.from_array(np.array([-1, width // length, 1], np.int64),
                                         f"{name}_scales_blocked")])
-            quantised[name] = block
+            quantised[name] = length
         # flattened to (lookups, blocks, block) for the per-block scales, then back to the
         # lookup's own shape, so ids of any rank work
         label = node.name or out  # node names must be unique: an unnamed lookup lends its output
@@ -233,10 +237,11 @@ def tables_text(tables: Dict[str, int]) -> str:
 
 
 def to_int8_weight_only(source: Path, target: Path, embeddings: bool, external: bool,
-                        block: int, symmetric: bool) -> List[str]:
+                        block: int, symmetric: bool,
+                        embedding_block: int = EMBEDDING_BLOCK) -> List[str]:
     """int8 weights with fp32 compute: MatMul weights in blocks of `block` (MatMulNBits, 8 bits,
     `symmetric` or with a zero point per block) and, with `embeddings`, embedding tables with
-    scales per block of a row (quantise_embedding_rows). Only weights are rounded, so
+    scales per `embedding_block` values of a row (quantise_embedding_rows). Only weights are rounded, so
     activation outliers, which per-tensor dynamic quantisation of the activations resolves
     coarsely, cost nothing; it is the int8 fallback for models whose answers that moves too
     far."""
@@ -244,7 +249,7 @@ def to_int8_weight_only(source: Path, target: Path, embeddings: bool, external: 
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     model = onnx.load(str(source))
-    tables = quantise_embedding_rows(model) if embeddings else {}
+    tables = quantise_embedding_rows(model, embedding_block) if embeddings else {}
     quantizer = MatMulNBitsQuantizer(model, bits=8, block_size=block, is_symmetric=symmetric,
                                      accuracy_level=1)
     with quiet_quantiser():

@@ -53,12 +53,41 @@ def test_evaluate_counts_per_type_and_per_question(monkeypatch):
     assert first["by_question"]["d"]["accuracy"] == 1.0  # the first row expects "b"
 
 
+def test_the_teacher_target_mixes_the_label_with_the_teachers_mean_answer_over_real_options():
+    """Half the label, half the mean of the teachers' softmax over each row's own options: an
+    option slot past the row's options gets nothing, however large a teacher's logit there."""
+    import math
+
+    import torch
+
+    collated = {"input_ids": torch.zeros(1, 4, dtype=torch.long),
+                "attention_mask": torch.ones(1, 4, dtype=torch.long),
+                "marker_pos": torch.tensor([[1, 2, 0]]),
+                "marker_mask": torch.tensor([[True, True, False]]),
+                "qtype": torch.tensor([0]), "target": torch.tensor([[1.0, 0.0, 0.0]])}
+    seen = []
+
+    def teacher(logits):
+        def forward(input_ids, attention_mask, marker_pos, marker_mask, qtype):
+            seen.append(marker_mask)
+            return torch.tensor([logits]), None
+        return forward
+
+    # softmax over the two real options: (1/4, 3/4) and (3/4, 1/4), so their mean is (1/2, 1/2)
+    teachers = [teacher([0.0, math.log(3), 50.0]), teacher([math.log(3), 0.0, 50.0])]
+    target = train_demo.teacher_target(teachers, collated)
+    label_weight = train_demo.TEACHER_LABEL_WEIGHT
+    expected = [label_weight + (1 - label_weight) / 2, (1 - label_weight) / 2, 0.0]
+    assert target[0].tolist() == pytest.approx(expected)
+    assert len(seen) == 2 and all(mask is collated["marker_mask"] for mask in seen)
+
+
 def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     models = tmp_path / "models"
     code = train_demo.main(["--base", str(checkpoints["modernbert-tiny"]), "--ship", "fp16",
                             "--train-tickets", "16", "--calib-tickets", "6",
                             "--test-tickets", "4", "--models", str(models),
-                            "--refresh-runs", "2", "--refresh-batches", "1",
+                            "--refresh-runs", "2", "--refresh-batches", "1", "--teachers", "1",
                             "--work", str(tmp_path / "work"), "--no-handwritten"])
     assert code == 0
     bundle = models / train_demo.BUNDLE_NAME
@@ -78,9 +107,14 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     assert " ".join(command) in card
     rerun = train_demo.build_parser().parse_args(command[2:])
     assert (rerun.seed, rerun.train_tickets, rerun.calib_tickets, rerun.test_tickets,
-            rerun.refresh_runs, rerun.refresh_batches) == (report["seed"], 16, 6, 4, 2, 1)
+            rerun.refresh_runs, rerun.refresh_batches, rerun.teachers) == \
+        (report["seed"], 16, 6, 4, 2, 1, 1)
     assert report["training"]["refresh"]["runs"] == 2
-    assert "refresh" in report["durations"]
+    # the refresh learnt from the trained model and one more seed, trained from the same base
+    assert report["training"]["refresh"]["teachers"]["models"] == 2
+    assert (tmp_path / "work" / "teacher-1" / "model.safetensors").is_file()
+    assert {"teachers", "refresh"} <= set(report["durations"])
+    assert "averaged answers of 2 models" in card
     # --evaluate-only re-measures the written bundle and gets the same figures;
     # --update-report writes them into the report and card, the rest unchanged
     again = train_demo.evaluate_bundle(bundle, train_demo.splits(0, 16, 6, 4)["test"])
@@ -96,6 +130,8 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     assert (models / "README.md").read_text() == card
     with pytest.raises(SystemExit):
         train_demo.main(["--models", str(models), "--update-report"])
+    with pytest.raises(SystemExit):  # teachers teach the refresh: none without it
+        train_demo.main(["--models", str(models), "--teachers", "1"])
 
 
 def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults():

@@ -105,7 +105,7 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
         assert f"| {kind} | {entry['n']} | {entry['accuracy']:.3f} | {entry['ece']:.3f} |" in card
     command = train_demo.reproduce_command(report).split()
     assert " ".join(command) in card
-    rerun = train_demo.build_parser().parse_args(command[2:])
+    rerun = train_demo.parse_args(command[2:])
     assert (rerun.seed, rerun.train_tickets, rerun.calib_tickets, rerun.test_tickets,
             rerun.refresh_runs, rerun.refresh_batches, rerun.teachers) == \
         (report["seed"], 16, 6, 4, 2, 1, 1)
@@ -131,12 +131,11 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     with pytest.raises(SystemExit):
         train_demo.main(["--models", str(models), "--update-report"])
     with pytest.raises(SystemExit):  # teachers teach the refresh: none without it
-        train_demo.main(["--models", str(models), "--teachers", "1"])
+        train_demo.main(["--models", str(models), "--teachers", "1", "--refresh-runs", "0"])
 
 
 def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults():
-    parser = train_demo.build_parser()
-    defaults = parser.parse_args([])
+    defaults = train_demo.parse_args([])
     report = {"seed": 3,
               "data": {"train_rows": 4500, "calib_rows": defaults.calib_tickets,
                        "test_rows": defaults.test_tickets},
@@ -145,16 +144,32 @@ def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults
                                       "encoder_lr": defaults.encoder_lr,
                                       "head_lr": defaults.head_lr}}}
     command = train_demo.reproduce_command(report).split()
-    rerun = parser.parse_args(command[2:])
+    rerun = train_demo.parse_args(command[2:])
     assert (rerun.seed, rerun.train_tickets, rerun.department_batches, rerun.max_batches,
-            rerun.relabel, rerun.refresh_runs) == (3, 4500, 60, 1125, False, 0)  # no refresh
+            rerun.relabel, rerun.refresh_runs, rerun.teachers) == \
+        (3, 4500, 60, 1125, False, 0, 0)  # no refresh, so no teachers
     assert "--calib-tickets" not in command and "--head-lr" not in command
     # a run from before --base-seed built its base with its own seed; later runs record theirs
     assert rerun.base_seed == 3
     report["base_seed"] = defaults.base_seed
     assert "--base-seed" not in train_demo.reproduce_command(report).split()
     report["base_seed"] = 5
-    assert parser.parse_args(train_demo.reproduce_command(report).split()[2:]).base_seed == 5
+    assert train_demo.parse_args(train_demo.reproduce_command(report).split()[2:]).base_seed == 5
+    # a run of today's defaults (a refresh with teachers) needs nothing but its seed
+    default_run = {"seed": 0, "base_seed": defaults.base_seed,
+                   "data": {"train_rows": defaults.train_tickets,
+                            "calib_rows": defaults.calib_tickets,
+                            "test_rows": defaults.test_tickets},
+                   "training": {"config": {**report["training"]["config"],
+                                           "phase_batches": defaults.phase_batches,
+                                           "department_batches": defaults.department_batches,
+                                           "max_batches": defaults.max_batches,
+                                           "relabel": defaults.relabel},
+                                "refresh": {"runs": defaults.refresh_runs,
+                                            "batches": defaults.refresh_batches,
+                                            "teachers": {"models": defaults.teachers + 1}}}}
+    assert train_demo.reproduce_command(default_run).split()[2:] == ["--seed", "0"]
+    assert defaults.teachers > 0 and train_demo.parse_args(["--refresh-runs", "0"]).teachers == 0
     report["training"]["config"]["max_batches"] = None   # an uncapped run: no flag says so
     with pytest.raises(ValueError, match="max_batches"):
         train_demo.reproduce_command(report)
@@ -164,7 +179,7 @@ def test_training_and_calibration_are_reproducible_with_a_seed(checkpoints, tmp_
     from safetensors.numpy import load_file as load_weights
 
     data = train_demo.splits(5, 16, 8, 0)
-    args = train_demo.build_parser().parse_args(["--seed", "5", "--phase-batches", "1"])
+    args = train_demo.parse_args(["--seed", "5", "--phase-batches", "1"])
     results = []
     for run in ("a", "b"):
         out = tmp_path / run
@@ -181,7 +196,7 @@ def test_averaged_checkpoints_hold_the_mean_of_their_weights(checkpoints, tmp_pa
     import numpy as np
     from safetensors.numpy import load_file as load_weights
 
-    args = train_demo.build_parser().parse_args(["--seed", "5", "--phase-batches", "1"])
+    args = train_demo.parse_args(["--seed", "5", "--phase-batches", "1"])
     sources = []
     for seed in (5, 6):
         sources.append(tmp_path / str(seed))
@@ -205,7 +220,7 @@ def test_training_keeps_the_word_embeddings_as_pretrained(checkpoints, tmp_path)
     from laya.train import load_checkpoint
 
     base = checkpoints["modernbert-tiny"]
-    args = train_demo.build_parser().parse_args(["--seed", "5", "--phase-batches", "1"])
+    args = train_demo.parse_args(["--seed", "5", "--phase-batches", "1"])
     train_demo.train(base, train_demo.splits(5, 16, 0, 0)["train"], tmp_path / "t", args)
     before, after = (load_checkpoint(str(path))[0].encoder for path in (base, tmp_path / "t"))
     assert torch.equal(before.get_input_embeddings().weight, after.get_input_embeddings().weight)

@@ -56,8 +56,8 @@ baseline, from "Is the customer threatening to leave?" (0.84 to 0.73; always "no
 same recipe measured on other ticket streams (the notes above `refresh`: 0.87 / 0.86 / 0.88 and
 0.78 / 0.78 / 0.855) shows how much the draw of refresh tickets alone moves these figures.
 
-The previous defaults (no refresh) rerun on an Intel Xeon (2026-12-07) gave another model (the CPU's kernels
-change the arithmetic; on one machine a rerun is bit-identical): held-out overall 0.798, but
+The previous defaults (no refresh) rerun on an Intel Xeon (2026-12-07) gave another model (the
+CPU's kernels change the arithmetic; on one machine a rerun is bit-identical): held-out 0.798, but
 hand-written 0.60 / 0.86 / 0.83 / 0.25 / 0.41, and urgency "low" on the README's ticket. Which
 department labels the model reads well changes from run to run by up to 0.2. The refresh
 (`refresh`, `--refresh-runs`) tried to take that variance out; measured from that rerun, see its

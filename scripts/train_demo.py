@@ -1051,7 +1051,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="batches of each refresh run (default 300)")
     parser.add_argument("--teachers", type=int, default=None,
                         help="train this many more seeds as teachers; the refresh then moves "
-                             f"towards the trained model's and their averaged answers (default "
+                             "towards the trained model's and their averaged answers (default "
                              f"{DEFAULT_TEACHERS} with a refresh, else 0; needs --refresh-runs)")
     parser.add_argument("--encoder-lr", type=float, default=5e-5)
     parser.add_argument("--head-lr", type=float, default=1e-3)

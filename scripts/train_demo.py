@@ -536,9 +536,9 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
 #   README's ticket "low".
 # Those runs drew their tickets from other streams than `refresh` does. The defaults (`--teachers
 # 2 --refresh-runs 2 --refresh-batches 300`) are the raw-answer recipe on the script's own
-# streams: 0.76 / 0.87 / 0.865 and 0.74 / 0.80 / 0.81, held-out 0.817 (int8 bundle; PyTorch
-# fp32 within 0.01 on the second set), the shipped model (Status above). A third run averaged
-# in (`--refresh-runs 3`, PyTorch fp32): 0.74 / 0.87 / 0.865 and 0.70 / 0.82 / 0.83, no better.
+# streams: the shipped model, its figures in the Status above (PyTorch fp32 within 0.01 of the
+# int8 bundle on the second set). A third run averaged in (`--refresh-runs 3`, PyTorch fp32):
+# 0.74 / 0.87 / 0.865 and 0.70 / 0.82 / 0.83, no better.
 # The defaults train three models and refresh twice: 72 minutes here (training 17 minutes a
 # model, a refresh 6.5), against 20 without.
 REFRESH_ENCODER_LR = 2e-5

@@ -546,7 +546,7 @@ REFRESH_HEAD_LR = 3e-4
 # With teachers (`--teachers`), the share of the label in the refresh's target (`teacher_target`).
 TEACHER_LABEL_WEIGHT = 0.5
 # Teachers besides the trained model when the run refreshes and `--teachers` is not given.
-DEFAULT_TEACHERS = 2
+DEFAULT_TEACHERS = 1
 
 
 def train_teachers(base: Path, work: Path, args: argparse.Namespace) -> List[Path]:

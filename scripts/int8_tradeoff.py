@@ -25,19 +25,34 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 def log(message: str) -> None:
     print(f"[int8-tradeoff] {message}", file=sys.stderr, flush=True)
 
 
-def _bundle(checkpoint: Path, out: Path) -> Path:
+def fp32_bundle(checkpoint: Path, out: Path) -> Path:
+    """The checkpoint's fp32 bundle (fused, verified) at `out`, exported unless already there."""
     from laya_edge.export import ExportOptions, Progress, export_bundle
 
     if not (out / "laya_edge.json").is_file():
         export_bundle(ExportOptions(source=str(checkpoint), out=out, force=True), Progress())
     return out
+
+
+def probe_runs(checkpoint: Path) -> Tuple[Any, List[Any], List[Any]]:
+    """`(reference, search runs, held-out runs)`: the PyTorch model and its answers on the
+    exporter's two probe sets, as the exporter's int8 choice uses them."""
+    from laya_edge.export.probes import held_out_cases, probe_cases
+    from laya_edge.export.reference import Reference
+    from laya_edge.export.verify import run_reference
+
+    reference = Reference(checkpoint)
+    max_len = int(json.loads((checkpoint / "rl_agent_config.json").read_text())
+                  .get("max_len", 512))
+    return (reference, run_reference(reference, probe_cases(max_len)),
+            run_reference(reference, held_out_cases(max_len)))
 
 
 def measure(checkpoint: Path, work: Path, counts: Sequence[int],
@@ -47,18 +62,11 @@ def measure(checkpoint: Path, work: Path, counts: Sequence[int],
     from laya_edge.export.candidates import attempt_path, discard, rank, verified
     from laya_edge.export.int8_variant import SETTINGS
     from laya_edge.export.precision import to_int8
-    from laya_edge.export.probes import held_out_cases, probe_cases
-    from laya_edge.export.reference import Reference
-    from laya_edge.export.verify import run_reference
 
-    bundle = _bundle(checkpoint, work / "fp32")
+    bundle = fp32_bundle(checkpoint, work / "fp32")
     graph = bundle / GRAPH
     external = bool(read_manifest(bundle)["graph"].get("external_data"))
-    reference = Reference(checkpoint)
-    max_len = int(json.loads((checkpoint / "rl_agent_config.json").read_text())
-                  .get("max_len", 512))
-    search_runs = run_reference(reference, probe_cases(max_len))
-    held_runs = run_reference(reference, held_out_cases(max_len))
+    reference, search_runs, held_runs = probe_runs(checkpoint)
     scratch = work / "attempts"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)

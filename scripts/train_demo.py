@@ -541,12 +541,21 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
 # 0.74 / 0.87 / 0.865 and 0.70 / 0.82 / 0.83, no better.
 # The defaults train three models and refresh twice: 72 minutes here (training 17 minutes a
 # model, a refresh 6.5), against 20 without.
+# One teacher (`--teachers 1`, seed 1) instead of two, the same trained model and streams
+# (2026-12-07, same Xeon, PyTorch fp32; the shipped model measured the same way in brackets):
+# 0.78 / 0.88 / 0.85 (0.76 / 0.87 / 0.87) and 0.74 / 0.81 / 0.83 (0.75 / 0.80 / 0.81); held-out
+# 0.823, ECE 0.026 (0.817, 0.016); other urgency level names 0.21 and 0.32 (0.26, 0.31), other
+# mood labels 0.48 and 0.39 (0.45, 0.46). As good, and faster: the script's own run reached the
+# export in 49 minutes (training 1202 s, the teacher 1091 s, the refresh 590 s), about 52 with
+# export and evaluation, against 72. But the export failed: no weight-only int8 scheme passes
+# the bar on the held-out probes (0.0565 at best, on a yes/no question), so it is not the
+# default.
 REFRESH_ENCODER_LR = 2e-5
 REFRESH_HEAD_LR = 3e-4
 # With teachers (`--teachers`), the share of the label in the refresh's target (`teacher_target`).
 TEACHER_LABEL_WEIGHT = 0.5
 # Teachers besides the trained model when the run refreshes and `--teachers` is not given.
-DEFAULT_TEACHERS = 1
+DEFAULT_TEACHERS = 2
 
 
 def train_teachers(base: Path, work: Path, args: argparse.Namespace) -> List[Path]:

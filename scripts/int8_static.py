@@ -25,7 +25,6 @@ Writes DIR/int8-static.json and prints a Markdown table; state the CPU with the 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -36,7 +35,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from int8_tradeoff import fp32_bundle, probe_runs  # noqa: E402
+from int8_tradeoff import (MEASURED_COLUMNS, fp32_bundle, markdown_table,  # noqa: E402
+                           measured_cells, probe_runs, publish)
 
 PER_CHANNEL, REDUCE_RANGE = True, True
 
@@ -185,14 +185,8 @@ def _op_counts(graph: Path) -> Dict[str, int]:
 
 
 def table(result: Dict[str, Any]) -> str:
-    rows = ["| graph | held-out decisive agreement | held-out max \\|dp\\| | passes | "
-            "search max \\|dp\\| | speed-up vs fp32 |", "|---|---|---|---|---|---|"]
-    for row in result["rows"]:
-        held = row["held_out"]
-        rows.append(f"| {row['graph']} | {held['decisive_agreement']:.3f} | "
-                    f"{held['max_abs_p']:.3f} | {'yes' if held['passed'] else 'no'} | "
-                    f"{row['search']['max_abs_p']:.3f} | {row['speedup']:.2f}x |")
-    return "\n".join(rows)
+    return markdown_table(("graph",) + MEASURED_COLUMNS,
+                          [[row["graph"]] + measured_cells(row) for row in result["rows"]])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -209,10 +203,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     with progress_on_stderr("laya_edge.export", "laya_edge.export"):
         result = measure(args.checkpoint, args.work, args.percentile)
-    (args.work / "int8-static.json").write_text(json.dumps(result, indent=2) + "\n",
-                                                encoding="utf-8")
-    print(f"CPU: {result['cpu']['model']} (VNNI: {result['cpu']['vnni']}, AMX: "
-          f"{result['cpu']['amx']})")
+    publish(result, args.work / "int8-static.json")
     print(table(result))
     return 0
 

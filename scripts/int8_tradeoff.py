@@ -114,16 +114,35 @@ def measure(checkpoint: Path, work: Path, counts: Sequence[int],
             "order": order[:max(counts, default=0)], "points": points}
 
 
+# The figures every row of these scripts' tables gives, after its own leading columns.
+MEASURED_COLUMNS = ("held-out decisive agreement", "held-out max \\|dp\\|", "passes",
+                    "search max \\|dp\\|", "speed-up vs fp32")
+
+
+def measured_cells(entry: Dict[str, Any]) -> List[str]:
+    """The `MEASURED_COLUMNS` of one measured graph (`held_out`, `search`, `speedup`)."""
+    held = entry["held_out"]
+    return [f"{held['decisive_agreement']:.3f}", f"{held['max_abs_p']:.3f}",
+            "yes" if held["passed"] else "no", f"{entry['search']['max_abs_p']:.3f}",
+            f"{entry['speedup']:.2f}x"]
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def publish(result: Dict[str, Any], path: Path) -> None:
+    """Write `result` as JSON to `path` and print the CPU it was measured on."""
+    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    cpu = result["cpu"]
+    print(f"CPU: {cpu['model']} (VNNI: {cpu['vnni']}, AMX: {cpu['amx']})")
+
+
 def table(result: Dict[str, Any]) -> str:
-    rows = ["| kept fp32 | held-out decisive agreement | held-out max \\|dp\\| | passes | "
-            "search max \\|dp\\| | speed-up vs fp32 | MB |", "|---|---|---|---|---|---|---|"]
-    for point in result["points"]:
-        held = point["held_out"]
-        rows.append(f"| {point['kept_fp32']} of {point['of']} | "
-                    f"{held['decisive_agreement']:.3f} | {held['max_abs_p']:.3f} | "
-                    f"{'yes' if held['passed'] else 'no'} | {point['search']['max_abs_p']:.3f} | "
-                    f"{point['speedup']:.2f}x | {point['mb']} |")
-    return "\n".join(rows)
+    return markdown_table(("kept fp32",) + MEASURED_COLUMNS + ("MB",), [
+        [f"{point['kept_fp32']} of {point['of']}"] + measured_cells(point) + [str(point["mb"])]
+        for point in result["points"]])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -150,10 +169,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     with progress_on_stderr("laya_edge.export", "laya_edge.export"):
         result = measure(args.checkpoint, args.work, counts, args.run_length)
-    (args.work / "int8-tradeoff.json").write_text(json.dumps(result, indent=2) + "\n",
-                                                  encoding="utf-8")
-    print(f"CPU: {result['cpu']['model']} (VNNI: {result['cpu']['vnni']}, AMX: "
-          f"{result['cpu']['amx']}); dynamic setting {result['setting']}")
+    publish(result, args.work / "int8-tradeoff.json")
+    print(f"dynamic setting {result['setting']}")
     print(table(result))
     return 0
 

@@ -9,8 +9,8 @@ held-out probes (another seed of the probe generator, never seen while choosing)
    four settings;
 3. weight-only int8 (MatMulNBits, fp32 compute), smallest scheme first.
 
-Static QDQ is not among them: measured (scripts/int8_static.py), it drifted as far as dynamic
-int8 or further and ran no faster (docs/export.md, "int8").
+Static QDQ is not among them: measured (scripts/int8_static.py), it came no closer to the bar
+than dynamic int8 and ran no faster (docs/export.md, "int8").
 
 `int8_weight_only` goes straight to 3, for the smallest graph rather than a faster one.
 

@@ -549,7 +549,11 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
 # export in 49 minutes (training 1202 s, the teacher 1091 s, the refresh 590 s), about 52 with
 # export and evaluation, against 72. But the export failed: no weight-only int8 scheme passes
 # the bar on the held-out probes (0.0565 at best, on a yes/no question), so it is not the
-# default.
+# default. What misses is the embedding table: measured afterwards with a throwaway script on
+# its unfused fp32 graph (search / held-out max |dp|, graph MB), asymmetric MatMul blocks of 32
+# pass with the embeddings in fp32 (0.038 / 0.035, 64.9 MB) and with embedding blocks of 8
+# (0.039 / 0.044, 35.1 MB, just over the budget once the tokenizer is added), but not with
+# embedding blocks of 16 (MatMul blocks of 16: 0.028 / 0.069, 34.4 MB).
 REFRESH_ENCODER_LR = 2e-5
 REFRESH_HEAD_LR = 3e-4
 # With teachers (`--teachers`), the share of the label in the refresh's target (`teacher_target`).

@@ -56,13 +56,19 @@ def weight_matmul_inputs(model: Any) -> List[str]:
     return seen
 
 
-def activation_ranges(graph: Path, work: Path, batches: Sequence[Dict[str, Any]],
+def graph_feeds(batches: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The graph's inputs of each probe batch (a batch holds more than the graph reads)."""
+    from laya_edge.bundle_format import GRAPH_INPUTS
+
+    return [{name: batch[name] for name in GRAPH_INPUTS} for batch in batches]
+
+
+def activation_ranges(graph: Path, work: Path, feeds: Sequence[Dict[str, Any]],
                       percentile: float) -> Dict[str, Tuple[float, float]]:
     """`{tensor: (low, high)}`: the (100 - percentile)th and percentile-th values each weight
-    `MatMul`'s activation input takes on `batches`, run through the fp32 graph."""
+    `MatMul`'s activation input takes on `feeds`, run through the fp32 graph."""
     import onnx
 
-    from laya_edge.bundle_format import GRAPH_INPUTS
     from laya_edge.export.verify import cpu_session
 
     model = onnx.load(str(graph))
@@ -75,8 +81,8 @@ def activation_ranges(graph: Path, work: Path, batches: Sequence[Dict[str, Any]]
                     all_tensors_to_one_file=True, location="laya.onnx.data")
     session = cpu_session(probe)
     values: Dict[str, List[np.ndarray]] = {name: [] for name in names}
-    for batch in batches:
-        outputs = session.run(names, {name: batch[name] for name in GRAPH_INPUTS})
+    for feed in feeds:
+        outputs = session.run(names, feed)
         for name, value in zip(names, outputs):
             values[name].append(value.ravel())
     shutil.rmtree(probe.parent)
@@ -88,22 +94,20 @@ def activation_ranges(graph: Path, work: Path, batches: Sequence[Dict[str, Any]]
     return ranges
 
 
-class _Batches:
-    """onnxruntime's calibration data reader over probe batches."""
+class _Feeds:
+    """onnxruntime's calibration data reader over the graph feeds of probe batches."""
 
-    def __init__(self, batches: Sequence[Dict[str, Any]]) -> None:
-        from laya_edge.bundle_format import GRAPH_INPUTS
-
-        self._feeds = iter([{name: batch[name] for name in GRAPH_INPUTS} for batch in batches])
+    def __init__(self, feeds: Sequence[Dict[str, Any]]) -> None:
+        self._feeds = iter(feeds)
 
     def get_next(self) -> Optional[Dict[str, Any]]:
         return next(self._feeds, None)
 
 
-def to_static_int8(graph: Path, target: Path, batches: Sequence[Dict[str, Any]],
+def to_static_int8(graph: Path, target: Path, feeds: Sequence[Dict[str, Any]],
                    external: bool,
                    ranges: Optional[Dict[str, Tuple[float, float]]] = None) -> None:
-    """Static QDQ of the weight `MatMul`s (min-max calibration on `batches`, or `ranges` where
+    """Static QDQ of the weight `MatMul`s (min-max calibration on `feeds`, or `ranges` where
     given), outputs left in float; then the exporter's dynamic int8 of what is left (attention,
     `Gemm`: a `MatMul` behind a dequantisation no longer has a constant weight)."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, \
@@ -115,7 +119,7 @@ def to_static_int8(graph: Path, target: Path, batches: Sequence[Dict[str, Any]],
     overrides = {name: [{"rmin": np.float32(low), "rmax": np.float32(high)}]
                  for name, (low, high) in (ranges or {}).items()}
     with quiet_quantiser():
-        quantize_static(str(graph), str(static), _Batches(batches),
+        quantize_static(str(graph), str(static), _Feeds(feeds),
                         quant_format=QuantFormat.QDQ, op_types_to_quantize=["MatMul"],
                         per_channel=PER_CHANNEL, reduce_range=REDUCE_RANGE,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
@@ -139,7 +143,7 @@ def measure(checkpoint: Path, work: Path, percentile: float) -> Dict[str, Any]:
     graph = bundle / GRAPH
     external = bool(read_manifest(bundle)["graph"].get("external_data"))
     reference, search_runs, held_runs = probe_runs(checkpoint)
-    calibration = [run.batch for run in search_runs]
+    calibration = graph_feeds([run.batch for run in search_runs])
     scratch = work / "attempts"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)

@@ -17,9 +17,9 @@ KIND = "modernbert-tiny"
 
 @pytest.fixture(scope="module")
 def calibration(checkpoints, bundles):
-    """The fp32 graph, and the search probes' batches the script calibrates on."""
+    """The fp32 graph, and the search probes' feeds the script calibrates on."""
     _, search_runs, _ = int8_static.probe_runs(checkpoints[KIND])
-    return bundles[KIND] / "laya.onnx", [run.batch for run in search_runs]
+    return bundles[KIND] / "laya.onnx", int8_static.graph_feeds([run.batch for run in search_runs])
 
 
 def _quantize_scales(graph: Path):
@@ -36,10 +36,10 @@ def _quantize_scales(graph: Path):
 def test_every_weight_multiplication_reads_a_quantised_input(calibration, tmp_path):
     import onnx
 
-    graph, batches = calibration
+    graph, feeds = calibration
     target = tmp_path / "static" / "laya.int8.onnx"
     target.parent.mkdir()
-    int8_static.to_static_int8(graph, target, batches, external=False)
+    int8_static.to_static_int8(graph, target, feeds, external=False)
     scales, model = _quantize_scales(target)
     fp32_inputs = int8_static.weight_matmul_inputs(onnx.load(str(graph)))
     assert fp32_inputs and sorted(scales) == sorted(fp32_inputs)
@@ -53,16 +53,16 @@ def test_every_weight_multiplication_reads_a_quantised_input(calibration, tmp_pa
 
 
 def test_percentile_ranges_clip_inside_min_max_and_set_the_scales(calibration, tmp_path):
-    graph, batches = calibration
-    full = int8_static.activation_ranges(graph, tmp_path, batches, 100.0)
-    clipped = int8_static.activation_ranges(graph, tmp_path, batches, 99.0)
+    graph, feeds = calibration
+    full = int8_static.activation_ranges(graph, tmp_path, feeds, 100.0)
+    clipped = int8_static.activation_ranges(graph, tmp_path, feeds, 99.0)
     assert sorted(full) == sorted(clipped)
     for name, (low, high) in clipped.items():
         assert full[name][0] <= low <= high <= full[name][1]
     assert any(clipped[name] != full[name] for name in full)
     target = tmp_path / "clipped" / "laya.int8.onnx"
     target.parent.mkdir()
-    int8_static.to_static_int8(graph, target, batches, external=False, ranges=clipped)
+    int8_static.to_static_int8(graph, target, feeds, external=False, ranges=clipped)
     scales, _ = _quantize_scales(target)
     for name, (low, high) in clipped.items():  # u8, asymmetric, the range widened to hold 0
         expected = (max(high, 0.0) - min(low, 0.0)) / 255.0

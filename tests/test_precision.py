@@ -207,8 +207,8 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
     """int8 of the random-head ModernBERT-style test checkpoint misses the bar, dynamic and
     every weight-only scheme alike (and here the mixed-precision search finds nothing): the
     export tries them all, refuses the variant, says where it diverged, and writes nothing.
-    The scheme that only halves the embedding blocks is tried where the embeddings are
-    quantised, and nowhere else, where it would rebuild the graph before it."""
+    The schemes that only shrink the embedding blocks are tried where the embeddings are
+    quantised, and nowhere else, where they would rebuild a graph tried before."""
     from laya_edge.export.precision import WEIGHT_ONLY_SCHEMES
 
     schemes = _record_weight_only_schemes(monkeypatch)
@@ -234,12 +234,14 @@ def test_a_variant_missing_its_thresholds_fails_the_export(checkpoints, tmp_path
         assert len(schemes) < len(WEIGHT_ONLY_SCHEMES)
 
 
-@pytest.mark.parametrize("block", [32, 16])
+@pytest.mark.parametrize("block", [32, 16, 8])
 def test_embedding_tables_are_quantised_in_blocks_of_each_row(block):
     """Each block of `block` values of an embedding row keeps its own int8 scale, so a
     row of small values, and small values beside a row's large ones, are resolved as finely as
     large ones; a row whose width is not a multiple of the block is one block; small tables, and
-    tables something other than a lookup reads, stay fp32. Lookups of any rank work."""
+    tables something other than a lookup reads, stay fp32. Lookups of any rank work. The scales
+    are float16, never below the exact scale (no value clips) and at most one float16 step
+    above it, and the rows are rounded with the stored scale."""
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
@@ -275,6 +277,13 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row(block):
     initializers = {init.name: init for init in model.graph.initializer}
     assert not {"table", "narrow"} & set(initializers) and {"small", "shared"} <= set(initializers)
     assert initializers["table_rows_int8"].data_type == TensorProto.INT8
+    stored = numpy_helper.to_array(initializers["table_block_scales"])
+    assert stored.dtype == np.float16 and stored.shape == (rows_in, 2, 1)
+    exact = np.abs(table.reshape(rows_in, 2, block)).max(axis=2, keepdims=True) / 127
+    exact[5] = 1.0  # an all-zero block keeps scale 1
+    one_step = np.maximum(exact * 2.0 ** -10, 2.0 ** -24)  # float16's spacing, subnormals too
+    assert (stored >= exact).all() and (stored.astype(np.float64) - exact <= one_step).all()
+    assert (stored > exact.astype(np.float16)).any()  # rounding to nearest would have gone below
     onnx.checker.check_model(model)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     looked_up = np.array([0, 1, 2, 3, 4, 5, rows_in - 1, 3])
@@ -285,7 +294,8 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row(block):
     assert rows.shape == (4, 2, 2 * block)
     rows = rows.reshape(len(looked_up), 2, block)
     expected = table[looked_up].reshape(len(looked_up), 2, block)
-    step = np.abs(expected).max(axis=2, keepdims=True) / 127
+    step = stored[looked_up].astype(np.float32)
+    step[np.abs(expected).max(axis=2, keepdims=True) == 0] = 0.0
     assert (np.abs(rows - expected) <= step / 2 + 1e-7).all()
     # the smaller block of each row: one scale for the whole row would round it coarser
     quieter = np.argmin(magnitudes[looked_up], axis=1)
@@ -294,7 +304,7 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row(block):
     assert (step[np.arange(len(looked_up)), quieter, 0] < row_step / 10).any()
     assert (errors <= step[np.arange(len(looked_up)), quieter, 0] / 2 + 1e-7).all()
     assert not rows[5].any()
-    narrow_step = np.abs(narrow[looked_up]).max(axis=1, keepdims=True) / 127
+    narrow_step = numpy_helper.to_array(initializers["narrow_block_scales"])[looked_up, 0]
     assert (np.abs(narrowed - narrow[looked_up]) <= narrow_step / 2 + 1e-7).all()
     assert np.array_equal(typed, small[kinds]) and np.array_equal(picked, shared[looked_up])
 

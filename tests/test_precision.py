@@ -309,6 +309,31 @@ def test_embedding_tables_are_quantised_in_blocks_of_each_row(block):
     assert np.array_equal(typed, small[kinds]) and np.array_equal(picked, shared[looked_up])
 
 
+def test_an_embedding_table_too_large_for_float16_scales_stays_fp32():
+    """A table holding a value whose block scale float16 cannot hold (over 65504 x 127) is left
+    in fp32 rather than stored with an infinite scale that would zero its rows; a table within
+    the limit beside it is still quantised."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from laya_edge.export.precision import HALF_SCALE_LIMIT, MIN_TABLE_ROWS, quantise_embedding_rows
+
+    rng = np.random.default_rng(2)
+    huge = rng.normal(size=(MIN_TABLE_ROWS, 8)).astype(np.float32)
+    huge[3, 5] = 2 * HALF_SCALE_LIMIT
+    fine = rng.normal(size=(MIN_TABLE_ROWS, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", [name, "ids"], [f"{name}_rows"]) for name in ("huge", "fine")],
+        "tables", [helper.make_tensor_value_info("ids", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info(f"{name}_rows", TensorProto.FLOAT, [None, 8])
+         for name in ("huge", "fine")],
+        [numpy_helper.from_array(huge, "huge"), numpy_helper.from_array(fine, "fine")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert quantise_embedding_rows(model, 8) == {"fine": 8}
+    initializers = {init.name: init for init in model.graph.initializer}
+    assert np.array_equal(numpy_helper.to_array(initializers["huge"]), huge)
+    assert "fine" not in initializers and "fine_rows_int8" in initializers
+
+
 def test_dynamic_int8_rounds_embedding_tables_by_row_blocks_and_leaves_small_tables_exact(
         tmp_path):
     """With embeddings, the dynamic int8 graph stores the lookup table as the weight-only one

@@ -263,10 +263,10 @@ def to_int8_weight_only(source: Path, target: Path, embeddings: bool, external: 
                         embedding_block: int = EMBEDDING_BLOCK) -> List[str]:
     """int8 weights with fp32 compute: MatMul weights in blocks of `block` (MatMulNBits, 8 bits,
     `symmetric` or with a zero point per block) and, with `embeddings`, embedding tables with
-    scales per `embedding_block` values of a row (quantise_embedding_rows). Only weights are rounded, so
-    activation outliers, which per-tensor dynamic quantisation of the activations resolves
-    coarsely, cost nothing; it is the int8 fallback for models whose answers that moves too
-    far."""
+    scales per `embedding_block` values of a row (quantise_embedding_rows). Only weights are
+    rounded, so activation outliers, which per-tensor dynamic quantisation of the activations
+    resolves coarsely, cost nothing; it is the int8 fallback for models whose answers that
+    moves too far."""
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 

@@ -176,14 +176,19 @@ def quantise_embedding_rows(model: Any, block: int = EMBEDDING_BLOCK) -> Dict[st
         for name in node.input:
             readers.setdefault(name, []).append(node)
 
+    arrays: Dict[str, Any] = {}  # each table's values, read once however many lookups read it
+
     def is_table(node: Any) -> bool:
         table = tables.get(node.input[0]) if node.op_type == "Gather" else None
-        return (table is not None and len(table.dims) == 2 and table.dims[0] >= MIN_TABLE_ROWS
+        if not (table is not None and len(table.dims) == 2 and table.dims[0] >= MIN_TABLE_ROWS
                 and table.data_type == TensorProto.FLOAT
                 and all(reader.op_type == "Gather"
                         and all(a.i == 0 for a in reader.attribute if a.name == "axis")
-                        for reader in readers[node.input[0]])
-                and np.abs(numpy_helper.to_array(table)).max() <= HALF_SCALE_LIMIT)
+                        for reader in readers[node.input[0]])):
+            return False
+        if table.name not in arrays:
+            arrays[table.name] = numpy_helper.to_array(table)
+        return bool(np.abs(arrays[table.name]).max() <= HALF_SCALE_LIMIT)
 
     nodes: List[Any] = []
     quantised: Dict[str, int] = {}
@@ -193,7 +198,7 @@ def quantise_embedding_rows(model: Any, block: int = EMBEDDING_BLOCK) -> Dict[st
             continue
         name, ids, out = node.input[0], node.input[1], node.output[0]
         if name not in quantised:
-            values = numpy_helper.to_array(tables[name])
+            values = arrays[name]
             count, width = values.shape
             length = block if width % block == 0 else width
             blocks = values.reshape(count, width // length, length)

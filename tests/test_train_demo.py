@@ -88,7 +88,7 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
                             "--train-tickets", "16", "--calib-tickets", "6",
                             "--test-tickets", "4", "--models", str(models),
                             "--refresh-runs", "2", "--refresh-batches", "1", "--teachers", "1",
-                            "--work", str(tmp_path / "work"), "--no-handwritten"])
+                            "--refresh-student", "best", "--work", str(tmp_path / "work"), "--no-handwritten"])
     assert code == 0
     bundle = models / train_demo.BUNDLE_NAME
     manifest = json.loads((bundle / "laya_edge.json").read_text())
@@ -107,13 +107,19 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     assert " ".join(command) in card
     rerun = train_demo.parse_args(command[2:])
     assert (rerun.seed, rerun.train_tickets, rerun.calib_tickets, rerun.test_tickets,
-            rerun.refresh_runs, rerun.refresh_batches, rerun.teachers) == \
-        (report["seed"], 16, 6, 4, 2, 1, 1)
+            rerun.refresh_runs, rerun.refresh_batches, rerun.teachers,
+            rerun.refresh_student) == (report["seed"], 16, 6, 4, 2, 1, 1, "best")
     assert report["training"]["refresh"]["runs"] == 2
     # the refresh learnt from the trained model and one more seed, trained from the same base
     assert report["training"]["refresh"]["teachers"]["models"] == 2
     assert (tmp_path / "work" / "teacher-1" / "model.safetensors").is_file()
     assert {"teachers", "refresh"} <= set(report["durations"])
+    # the refresh fine-tuned whichever of the two did best on the calibration split
+    student = report["training"]["refresh"]["student"]
+    accuracy = student["calibration_accuracy"]
+    assert set(accuracy) == {"mixed", "teacher-1"}
+    assert accuracy[student["chosen"]] == max(accuracy.values())
+    assert f"`{student['chosen']}`, the most accurate" in " ".join(card.split())
     assert "averaged answers of 2 models" in card
     # --evaluate-only re-measures the written bundle and gets the same figures;
     # --update-report writes them into the report and card, the rest unchanged
@@ -132,6 +138,9 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
         train_demo.main(["--models", str(models), "--update-report"])
     with pytest.raises(SystemExit):  # teachers teach the refresh: none without it
         train_demo.main(["--models", str(models), "--teachers", "1", "--refresh-runs", "0"])
+    with pytest.raises(SystemExit):  # and there is no student to pick without it
+        train_demo.main(["--models", str(models), "--refresh-student", "best",
+                         "--refresh-runs", "0"])
 
 
 def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults():

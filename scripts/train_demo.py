@@ -652,11 +652,15 @@ def refresh(student: Path, out: Path, work: Path, args: argparse.Namespace,
     return summary
 
 
-def refresh_student(candidates: Sequence[Path],
+def refresh_student(rule: str, candidates: Sequence[Path],
                     rows: Sequence[Dict[str, Any]]) -> Tuple[Path, Dict[str, Any]]:
-    """The model the refresh fine-tunes with `--refresh-student best`: of the trained model and
-    its teachers, the one most often right on the held-out calibration rows (PyTorch, before
-    calibration, which leaves the top option as it is). No hand-written ticket takes part."""
+    """The model the refresh fine-tunes (`--refresh-student`), and the report's record of the
+    choice: with `trained`, the first candidate (the trained model); with `best`, of the trained
+    model and its teachers, the one most often right on the held-out calibration rows (PyTorch,
+    before calibration, which leaves the top option as it is). No hand-written ticket takes
+    part."""
+    if rule == "trained":
+        return candidates[0], {"rule": rule, "chosen": candidates[0].name}
     accuracy = {path.name: evaluate_torch(path, rows)["overall"]["accuracy"]
                 for path in candidates}
     best = max(candidates, key=lambda path: accuracy[path.name])
@@ -957,10 +961,11 @@ def _refresh_text(training: Dict[str, Any]) -> str:
     return "\n" + textwrap.fill(
         f"Then {refresh['runs']} short fine-tunes of {_student_text(refresh.get('student'))} "
         f"({refresh['batches']} batches each, encoder learning rate {refresh['encoder_lr']}, "
-        f"head learning rate {refresh['head_lr']}), each on tickets of its own asking the department question "
-        "under other option names (fixed or composed aliases, descriptions, opaque names), "
-        "the refund and churn questions in other words and the urgency question as in "
-        "training, their weights averaged into the shipped model (`refresh`)."
+        f"head learning rate {refresh['head_lr']}), each on tickets of its own asking the "
+        "department question under other option names (fixed or composed aliases, "
+        "descriptions, opaque names), the refund and churn questions in other words and the "
+        "urgency question as in training, their weights averaged into the shipped model "
+        "(`refresh`)."
         + _teachers_text(refresh.get("teachers")), width=96)
 
 
@@ -1227,9 +1232,8 @@ def _run(args: argparse.Namespace) -> int:
             teachers = [mixed] + train_teachers(base, work, args)
     if args.refresh_runs:
         with stage("refresh", durations):
-            student, chosen = ((mixed, {"rule": "trained", "chosen": mixed.name})
-                               if args.refresh_student == "trained"
-                               else refresh_student([mixed, *teachers[1:]], data["calib"]))
+            student, chosen = refresh_student(args.refresh_student, [mixed, *teachers[1:]],
+                                              data["calib"])
             training["refresh"] = dict(refresh(student, checkpoint, work, args, teachers),
                                        student=chosen)
     with stage("calibrate", durations):

@@ -1003,9 +1003,10 @@ def reproduce_command(report: Dict[str, Any]) -> str:
            "head_lr": config["head_lr"], "refresh_runs": refresh.get("runs", 0),
            "refresh_batches": refresh.get("batches", defaults.refresh_batches),
            # the teachers besides the trained model itself
-           "teachers": max(0, refresh.get("teachers", {}).get("models", 1) - 1),
-           # runs before --refresh-student existed refreshed the trained model
-           "refresh_student": refresh.get("student", {}).get("rule", "trained")}
+           "teachers": max(0, refresh.get("teachers", {}).get("models", 1) - 1)}
+    if refresh:
+        # runs before --refresh-student existed refreshed the trained model
+        ran["refresh_student"] = refresh.get("student", {}).get("rule", "trained")
     words = ["python", "scripts/train_demo.py", "--seed", str(report["seed"])]
     # runs before --base-seed existed built their base with --seed; None: a --base checkpoint
     base_seed = report.get("base_seed", report["seed"])
@@ -1150,10 +1151,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="train this many more seeds as teachers; the refresh then moves "
                              "towards the trained model's and their averaged answers (default "
                              f"{DEFAULT_TEACHERS} with a refresh, else 0; needs --refresh-runs)")
-    parser.add_argument("--refresh-student", choices=("trained", "best"), default="trained",
-                        help="the model the refresh fine-tunes: the trained one (default) or, "
-                             "of it and the teachers, the most accurate on the held-out "
-                             "calibration split (`refresh_student`)")
+    parser.add_argument("--refresh-student", choices=("trained", "best"), default=None,
+                        help="the model the refresh fine-tunes: of the trained one and the "
+                             "teachers, the most accurate on the held-out calibration split "
+                             "(best, the default with a refresh; `refresh_student`), or the "
+                             "trained one")
     parser.add_argument("--encoder-lr", type=float, default=5e-5)
     parser.add_argument("--head-lr", type=float, default=1e-3)
     parser.add_argument("--relabel", action=argparse.BooleanOptionalAction, default=True,
@@ -1184,11 +1186,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                      "report anyway)")
     if args.teachers and not args.refresh_runs:
         parser.error("--teachers teach the refresh: give --refresh-runs too")
-    if args.refresh_student != "trained" and not args.refresh_runs:
+    if args.refresh_student and not args.refresh_runs:
         parser.error("--refresh-student picks the model the refresh fine-tunes: give "
                      "--refresh-runs too")
     if args.teachers is None:
         args.teachers = DEFAULT_TEACHERS if args.refresh_runs else 0
+    if args.refresh_student is None and args.refresh_runs:
+        args.refresh_student = "best"
     return args
 
 

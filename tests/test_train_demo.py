@@ -88,7 +88,7 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
                             "--train-tickets", "16", "--calib-tickets", "6",
                             "--test-tickets", "4", "--models", str(models),
                             "--refresh-runs", "2", "--refresh-batches", "1", "--teachers", "1",
-                            "--refresh-student", "best", "--work", str(tmp_path / "work"), "--no-handwritten"])
+                            "--work", str(tmp_path / "work"), "--no-handwritten"])
     assert code == 0
     bundle = models / train_demo.BUNDLE_NAME
     manifest = json.loads((bundle / "laya_edge.json").read_text())
@@ -114,7 +114,7 @@ def test_a_smoke_run_writes_bundle_report_and_card(checkpoints, tmp_path):
     assert report["training"]["refresh"]["teachers"]["models"] == 2
     assert (tmp_path / "work" / "teacher-1" / "model.safetensors").is_file()
     assert {"teachers", "refresh"} <= set(report["durations"])
-    # the refresh fine-tuned whichever of the two did best on the calibration split
+    # by default the refresh fine-tuned whichever of the two did best on the calibration split
     student = report["training"]["refresh"]["student"]
     accuracy = student["calibration_accuracy"]
     assert set(accuracy) == {"mixed", "teacher-1"}
@@ -176,9 +176,18 @@ def test_the_reproduce_command_names_only_what_the_run_changed_from_the_defaults
                                            "relabel": defaults.relabel},
                                 "refresh": {"runs": defaults.refresh_runs,
                                             "batches": defaults.refresh_batches,
-                                            "teachers": {"models": defaults.teachers + 1}}}}
+                                            "teachers": {"models": defaults.teachers + 1},
+                                            "student": {"rule": "best", "chosen": "teacher-1"}}}}
     assert train_demo.reproduce_command(default_run).split()[2:] == ["--seed", "0"]
-    assert defaults.teachers > 0 and train_demo.parse_args(["--refresh-runs", "0"]).teachers == 0
+    # a refresh from before --refresh-student fine-tuned the trained model, no longer the default
+    del default_run["training"]["refresh"]["student"]
+    command = train_demo.reproduce_command(default_run).split()
+    assert command[2:] == ["--seed", "0", "--refresh-student", "trained"]
+    assert train_demo.parse_args(command[2:]).refresh_student == "trained"
+    assert defaults.refresh_student == "best"
+    without_refresh = train_demo.parse_args(["--refresh-runs", "0"])
+    assert defaults.teachers > 0 and without_refresh.teachers == 0
+    assert without_refresh.refresh_student is None
     report["training"]["config"]["max_batches"] = None   # an uncapped run: no flag says so
     with pytest.raises(ValueError, match="max_batches"):
         train_demo.reproduce_command(report)

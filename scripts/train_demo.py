@@ -109,8 +109,8 @@ labels, so their reading of unseen labels does not carry over. Refreshing the tr
 towards the ensemble on rows with renamed options (`--teachers`, the notes above `refresh`) does
 carry most of it: 0.87 / 0.86 / 0.88 and 0.78 / 0.78 / 0.855, held-out 0.827, in one model that
 passes the int8 bar in 34.9 MB (with embedding blocks of 16). The recipe's own run, with the
-script's ticket streams, shipped on 2026-12-07 (Status above, "Before it"). Seed 1 alone would have been
-better than the shipped model on most hand-written kinds, but is sharper (calibrated
+script's ticket streams, shipped on 2026-12-07 (Status above, "Before it"). Seed 1 alone would
+have been better than that model on most hand-written kinds, but is sharper (calibrated
 temperatures 1.4-1.7 against 1.7-4.4), and no int8 graph of it passes the export's bar within
 35 MB. Weight-only with the embeddings in int8 (blocks of 16 to 64, 29-34 MB) drifts 0.029-0.097
 on the search probes and 0.040-0.134 on the held-out ones, never within 0.05 on both (with
@@ -969,9 +969,9 @@ def _refresh_text(training: Dict[str, Any]) -> str:
     if not refresh:
         return ""
     return "\n" + textwrap.fill(
-        f"Then {refresh['runs']} short fine-tunes of {_student_text(refresh.get('student'))} "
-        f"({refresh['batches']} batches each, encoder learning rate {refresh['encoder_lr']}, "
-        f"head learning rate {refresh['head_lr']}), each on tickets of its own asking the "
+        f"Then {refresh['runs']} short fine-tunes ({refresh['batches']} batches each, encoder "
+        f"learning rate {refresh['encoder_lr']}, head learning rate {refresh['head_lr']}) of "
+        f"{_student_text(refresh.get('student'))}, each on tickets of its own asking the "
         "department question under other option names (fixed or composed aliases, "
         "descriptions, opaque names), the refund and churn questions in other words and the "
         "urgency question as in training, their weights averaged into the shipped model "

@@ -618,6 +618,12 @@ def train(base: Path, rows: Sequence[Dict[str, Any]], out: Path,
 # 0.874 and 0.83 / 0.69 / 0.89: descriptions only is short in these models themselves, and the
 # refresh lifts it above both. `best` is the default since 2026-12-08: the script's run of it on
 # the same EPYC wrote a checkpoint bit-identical to draw a's, the shipped model (Status above).
+# Tried and dropped (2026-12-08, same EPYC, refreshing the seed-1 teacher): the refresh's
+# department question as descriptions behind opaque names 60% of the time instead of a third
+# (new names and named descriptions 20% each): a 0.874 / 0.822 / 0.874 and 0.84 / 0.77 / 0.895,
+# b 0.879 / 0.701 / 0.874 and 0.84 / 0.69 / 0.89. Descriptions only gain in draw a (0.05, 0.03)
+# and lose in draw b (0.035, 0.02), within the draw's own spread; still under 0.8 on the fresh
+# set; other mood labels lose 0.04-0.08 in three of the four figures.
 REFRESH_ENCODER_LR = 2e-5
 REFRESH_HEAD_LR = 3e-4
 # With teachers (`--teachers`), the share of the label in the refresh's target (`teacher_target`).

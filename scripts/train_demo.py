@@ -1252,7 +1252,8 @@ def _run(args: argparse.Namespace) -> int:
             teachers = [mixed] + train_teachers(base, work, args)
     if args.refresh_runs:
         with stage("refresh", durations):
-            student, chosen = refresh_student(args.refresh_student, [mixed, *teachers[1:]],
+            # the teachers list starts with the trained model itself
+            student, chosen = refresh_student(args.refresh_student, teachers or [mixed],
                                               data["calib"])
             training["refresh"] = dict(refresh(student, checkpoint, work, args, teachers),
                                        student=chosen)
